@@ -1,0 +1,54 @@
+"""Per-task flows: ``task_lifecycle`` acquires (holds the queue slot), ``task_release`` finishes.
+
+task_lifecycle: provision node pool → submit Job → wait for all pods Running → Running; the
+queue slot (a Prefect global concurrency limit lease) is released as soon as the pods run or the
+task ends. It never waits for the Job to finish: the dispatcher follows running Jobs.
+task_release: delete the Job, keep or delete the node pool, write the terminal status.
+"""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger
+
+from falcon.adapters import slots
+from falcon.services.context import TaskEnded, utc_now
+from falcon.services.lease import held_lease
+from falcon.settings import get_settings
+from falcon.tasks import (
+    mark_running,
+    provision_node_pool,
+    record_outcome,
+    release_task,
+    submit_job,
+    wait_node_pool_ready,
+    wait_pods_running,
+)
+
+
+@flow(name="task-lifecycle", flow_run_name="acquire-{task_id}")
+def task_lifecycle(task_id: str, lease_id: str = "") -> str:
+    logger = get_run_logger()
+    settings = get_settings()
+    with held_lease(lease_id, settings.slot_lease_seconds, slots.renew, slots.release):
+        try:
+            started = utc_now().isoformat()
+            pool = provision_node_pool(task_id)
+            logger.info("event=pool_chosen task_id=%s pool=%s", task_id, pool)
+            wait_node_pool_ready(task_id, pool, started)
+            job = submit_job(task_id, pool)
+            logger.info("event=job_submitted task_id=%s job=%s", task_id, job)
+            running = wait_pods_running(task_id, job)
+            mark_running(task_id, running)
+            logger.info("event=running task_id=%s pods=%s", task_id, running)
+            return "Running"
+        except TaskEnded as ended:
+            logger.info("event=task_ended task_id=%s outcome=%s", task_id, ended)
+            record_outcome(task_id, ended.outcome)
+            return release_task(task_id)
+
+
+@flow(name="task-release", flow_run_name="release-{task_id}")
+def task_release(task_id: str) -> str:
+    status = release_task(task_id)
+    get_run_logger().info("event=released task_id=%s status=%s", task_id, status)
+    return status

@@ -1,0 +1,163 @@
+"""SQLAlchemy 2.0 tables: the upstream ``job`` contract and Falcon's own bookkeeping.
+
+``job`` belongs to the upstream component; Falcon writes only its scheduling columns (status,
+reason, message, cluster_id, node_pool_name, k8s_job_name, job_uid and the timestamps). Everything
+else Falcon needs to resume after a crash lives in the ``falcon_*`` tables and ``clusters``.
+All timestamps are stored as naive UTC with microseconds and read back as aware UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s__%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s__%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s__%(constraint_name)s",
+    "fk": "fk_%(table_name)s__%(column_0_N_name)s__%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """DATETIME(6) holding UTC; refuses naive datetimes so local time never sneaks in."""
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: sa.Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name in ("mysql", "mariadb"):
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(sa.DateTime())
+
+    def process_bind_param(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given; Falcon stores UTC only")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        return value.replace(tzinfo=UTC) if value is not None else None
+
+
+class Base(DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UtcDateTime()}
+
+
+class JobRow(Base):
+    """The upstream ``job`` table (one row = one task)."""
+
+    __tablename__ = "job"
+
+    id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    actor: Mapped[str] = mapped_column(sa.String(128))
+    name: Mapped[str] = mapped_column(sa.String(255))
+    tpu_type: Mapped[str] = mapped_column(sa.String(32))
+    spec: Mapped[Any] = mapped_column(sa.JSON)
+    timeout_seconds: Mapped[int | None] = mapped_column(sa.Integer)
+    status: Mapped[str] = mapped_column(sa.String(16), default="Pending")
+    reason: Mapped[str | None] = mapped_column(sa.String(64))
+    message: Mapped[str | None] = mapped_column(sa.Text)
+    cluster_id: Mapped[str | None] = mapped_column(sa.String(36))
+    node_pool_name: Mapped[str | None] = mapped_column(sa.String(64))
+    k8s_job_name: Mapped[str | None] = mapped_column(sa.String(128))
+    job_uid: Mapped[str | None] = mapped_column(sa.String(64))
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    dispatched_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    aborting_at: Mapped[datetime | None]
+    aborted_at: Mapped[datetime | None]
+
+    __table_args__ = (
+        sa.Index("ix_job__status__created_at", "status", "created_at"),
+        sa.Index("ix_job__cluster_id__status", "cluster_id", "status"),
+    )
+
+
+class ClusterRow(Base):
+    """The clusters registry (design §2), owned by Falcon."""
+
+    __tablename__ = "clusters"
+
+    id: Mapped[str] = mapped_column(sa.String(36), primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(128))
+    project: Mapped[str] = mapped_column(sa.String(128))
+    location: Mapped[str] = mapped_column(sa.String(64))
+    tpu_type: Mapped[str] = mapped_column(sa.String(32))
+    gcs_bucket: Mapped[str] = mapped_column(sa.String(255))
+    default_reservation: Mapped[str | None] = mapped_column(sa.String(255))
+    reservation_zone: Mapped[str | None] = mapped_column(sa.String(64))
+    namespace: Mapped[str] = mapped_column(sa.String(63), default="falcon-jobs")
+    status: Mapped[str] = mapped_column(sa.String(16), default="active")
+    created_at: Mapped[datetime]
+
+    __table_args__ = (
+        sa.UniqueConstraint("project", "location", "name"),
+        sa.CheckConstraint("status IN ('active', 'maintenance', 'offline')", name="status"),
+    )
+
+
+class NodePoolRow(Base):
+    """Every node pool Falcon creates, written before the GKE create call (write-ahead)."""
+
+    __tablename__ = "falcon_node_pools"
+
+    cluster_id: Mapped[str] = mapped_column(sa.String(36), primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    topology: Mapped[str] = mapped_column(sa.String(32))
+    machine_type: Mapped[str] = mapped_column(sa.String(64))
+    mode: Mapped[str] = mapped_column(sa.String(16))
+    reservation: Mapped[str | None] = mapped_column(sa.String(255))
+    state: Mapped[str] = mapped_column(sa.String(16))
+    holder_task_id: Mapped[str | None] = mapped_column(sa.String(64))
+    idle_since: Mapped[datetime | None]
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+    __table_args__ = (sa.Index("ix_falcon_node_pools__cluster_id__topology__state", "cluster_id", "topology", "state"),)
+
+
+class QueueRotationRow(Base):
+    """Which actor got each queue's slot last: the round-robin state, kept across restarts."""
+
+    __tablename__ = "falcon_queue_rotation"
+
+    cluster_id: Mapped[str] = mapped_column(sa.String(36), primary_key=True)
+    topology: Mapped[str] = mapped_column(sa.String(32), primary_key=True)
+    last_actor: Mapped[str] = mapped_column(sa.String(128))
+    updated_at: Mapped[datetime]
+
+
+class TaskProgressRow(Base):
+    """Falcon's internal phase of a task, its queue-slot lease and the Prefect runs working on it.
+
+    Kept apart from the user-facing status, as SkyPilot keeps status apart from schedule state:
+    after upstream sets Aborting, this is what still says which phase the task was in.
+    """
+
+    __tablename__ = "falcon_task_progress"
+
+    task_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    phase: Mapped[str] = mapped_column(sa.String(16))
+    cluster_id: Mapped[str | None] = mapped_column(sa.String(36))
+    topology: Mapped[str | None] = mapped_column(sa.String(32))
+    lease_id: Mapped[str | None] = mapped_column(sa.String(36))
+    attempt: Mapped[int] = mapped_column(sa.Integer, default=0)
+    acquire_run_id: Mapped[str | None] = mapped_column(sa.String(36))
+    release_run_id: Mapped[str | None] = mapped_column(sa.String(36))
+    outcome_status: Mapped[str | None] = mapped_column(sa.String(16))
+    outcome_reason: Mapped[str | None] = mapped_column(sa.String(64))
+    outcome_message: Mapped[str | None] = mapped_column(sa.Text)
+    updated_at: Mapped[datetime]
+
+    __table_args__ = (sa.Index("ix_falcon_task_progress__phase", "phase"),)

@@ -1,0 +1,135 @@
+"""GKE node pools through google-cloud-container (REST transport), mapped to Falcon's errors.
+
+The only module that talks to the GKE API. In emulator mode the same calls go to the local
+emulator; nothing here knows the difference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from google.cloud import container_v1
+
+from falcon.adapters.errors import google_errors
+from falcon.domain.model import Cluster, ProvisioningMode
+from falcon.domain.node_pools import NodePoolPlan
+from falcon.domain.topology import Placement
+
+RESERVATION_KEY = "compute.googleapis.com/reservation-name"
+
+
+@dataclass(frozen=True)
+class PoolStatus:
+    name: str
+    status: str  # PROVISIONING, RUNNING, RUNNING_WITH_ERROR, RECONCILING, STOPPING, ERROR
+    detail: str  # status message or conditions, for people
+
+
+@dataclass(frozen=True)
+class OperationStatus:
+    name: str
+    done: bool
+    error: str | None
+
+
+@dataclass(frozen=True)
+class ClusterEndpoint:
+    endpoint: str
+    ca_certificate_b64: str
+
+
+def cluster_path(cluster: Cluster) -> str:
+    return f"projects/{cluster.project}/locations/{cluster.location}/clusters/{cluster.name}"
+
+
+class GkeNodePools:
+    def __init__(self, client: container_v1.ClusterManagerClient, timeout: float) -> None:
+        self._client = client
+        self._timeout = timeout
+
+    def endpoint(self, cluster: Cluster) -> ClusterEndpoint:
+        with google_errors(f"get cluster {cluster.name}"):
+            found = self._client.get_cluster(name=cluster_path(cluster), timeout=self._timeout)
+        return ClusterEndpoint(found.endpoint, found.master_auth.cluster_ca_certificate)
+
+    def get(self, cluster: Cluster, name: str) -> PoolStatus:
+        with google_errors(f"get node pool {name}"):
+            pool = self._client.get_node_pool(name=f"{cluster_path(cluster)}/nodePools/{name}", timeout=self._timeout)
+        detail = pool.status_message or "; ".join(c.message for c in pool.conditions)
+        return PoolStatus(pool.name, container_v1.NodePool.Status(pool.status).name, detail)
+
+    def list_names(self, cluster: Cluster) -> list[str]:
+        with google_errors(f"list node pools of {cluster.name}"):
+            found = self._client.list_node_pools(parent=cluster_path(cluster), timeout=self._timeout)
+        return [p.name for p in found.node_pools]
+
+    def create(self, cluster: Cluster, plan: NodePoolPlan) -> str:
+        """Start creating the pool; returns the operation name. ConflictError if it exists."""
+        with google_errors(f"create node pool {plan.name}"):
+            op = self._client.create_node_pool(
+                parent=cluster_path(cluster), node_pool=to_node_pool(plan), timeout=self._timeout
+            )
+        return str(op.name)
+
+    def delete(self, cluster: Cluster, name: str) -> str:
+        """Start deleting the pool; returns the operation name. NotFoundError if it is gone."""
+        with google_errors(f"delete node pool {name}"):
+            op = self._client.delete_node_pool(
+                name=f"{cluster_path(cluster)}/nodePools/{name}", timeout=self._timeout
+            )
+        return str(op.name)
+
+    def operation(self, cluster: Cluster, op_name: str) -> OperationStatus:
+        path = f"projects/{cluster.project}/locations/{cluster.location}/operations/{op_name}"
+        with google_errors(f"get operation {op_name}"):
+            op = self._client.get_operation(name=path, timeout=self._timeout)
+        done = op.status == container_v1.Operation.Status.DONE
+        error = op.error.message if op.error and op.error.code else None
+        return OperationStatus(op_name, done, error)
+
+
+def to_node_pool(plan: NodePoolPlan) -> container_v1.NodePool:
+    """The GKE NodePool for a plan: reservation or flex-start, slice placement, scale-down delay."""
+    shape = plan.shape
+    config = container_v1.NodeConfig(
+        machine_type=shape.machine_type,
+        labels={"managed-by": "falcon"},
+        workload_metadata_config=container_v1.WorkloadMetadataConfig(
+            mode=container_v1.WorkloadMetadataConfig.Mode.GKE_METADATA
+        ),
+        consolidation_delay=plan.scale_down_delay,
+    )
+    if plan.mode is ProvisioningMode.RESERVATION and plan.reservation:
+        config.reservation_affinity = container_v1.ReservationAffinity(
+            consume_reservation_type=container_v1.ReservationAffinity.Type.SPECIFIC_RESERVATION,
+            key=RESERVATION_KEY,
+            values=[plan.reservation],
+        )
+    else:
+        config.flex_start = True
+        config.reservation_affinity = container_v1.ReservationAffinity(
+            consume_reservation_type=container_v1.ReservationAffinity.Type.NO_RESERVATION
+        )
+    pool = container_v1.NodePool(
+        name=plan.name,
+        config=config,
+        initial_node_count=plan.initial_nodes,
+        autoscaling=container_v1.NodePoolAutoscaling(
+            enabled=True,
+            total_min_node_count=0,
+            total_max_node_count=shape.nodes,
+            location_policy=container_v1.NodePoolAutoscaling.LocationPolicy.ANY,
+        ),
+        management=container_v1.NodeManagement(
+            auto_repair=plan.mode is ProvisioningMode.RESERVATION, auto_upgrade=True
+        ),
+    )
+    if plan.zone:
+        pool.locations = [plan.zone]
+    if shape.placement is Placement.TPU_TOPOLOGY:
+        pool.placement_policy = container_v1.PlacementPolicy(
+            type_=container_v1.PlacementPolicy.Type.COMPACT, tpu_topology=shape.topology
+        )
+    elif shape.placement is Placement.WORKLOAD_POLICY:
+        pool.placement_policy = container_v1.PlacementPolicy(policy_name=plan.workload_policy)
+    return pool

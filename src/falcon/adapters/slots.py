@@ -1,0 +1,77 @@
+"""Queue slots as Prefect global concurrency limits (limit 1 each), held through leases.
+
+The dispatcher decides who goes next and takes the slot without blocking (a 423 means busy);
+the lifecycle run that acquires resources renews the lease and releases it when all pods run.
+A holder that dies loses the slot when its lease expires (Prefect's repossessor); the dispatcher
+also repairs a limit whose count drifted from what the database says (``reset``).
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import httpx
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+from prefect.exceptions import ObjectNotFound
+
+from falcon.domain.errors import PermanentError
+
+
+def ensure_limit(name: str) -> None:
+    with get_client(sync_client=True) as client:
+        try:
+            found = client.read_global_concurrency_limit_by_name(name)
+            if found.limit != 1 or not found.active:
+                client.update_global_concurrency_limit(name, GlobalConcurrencyLimitUpdate(limit=1, active=True))
+        except ObjectNotFound:
+            client.upsert_global_concurrency_limit_by_name(name, limit=1)
+
+
+def try_acquire(name: str, lease_seconds: int) -> str | None:
+    """Take the slot and return the lease id, or None when it is held."""
+    with get_client(sync_client=True) as client:
+        try:
+            response = client.increment_concurrency_slots_with_lease(
+                names=[name], slots=1, mode="concurrency", lease_duration=lease_seconds
+            )
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code == 423:
+                return None
+            raise
+    body = response.json()
+    if not body.get("limits"):
+        raise PermanentError(f"concurrency limit {name!r} does not exist")
+    return str(body["lease_id"])
+
+
+def renew(lease_id: str, lease_seconds: int) -> bool:
+    """Extend the lease; False if it already expired (the slot may be someone else's now)."""
+    with get_client(sync_client=True) as client:
+        try:
+            client.renew_concurrency_lease(lease_id=UUID(lease_id), lease_duration=lease_seconds)
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code in (404, 410):
+                return False
+            raise
+    return True
+
+
+def release(lease_id: str) -> None:
+    """Give the slot back; releasing an unknown or expired lease is a no-op on the server."""
+    with get_client(sync_client=True) as client:
+        client.release_concurrency_slots_with_lease(lease_id=UUID(lease_id))
+
+
+def active_slots(name: str) -> int:
+    with get_client(sync_client=True) as client:
+        try:
+            return int(client.read_global_concurrency_limit_by_name(name).active_slots)
+        except ObjectNotFound:
+            return 0
+
+
+def reset(name: str) -> None:
+    """Zero a limit's active count: used only when the database proves no task holds it."""
+    with get_client(sync_client=True) as client:
+        client.update_global_concurrency_limit(name, GlobalConcurrencyLimitUpdate(active_slots=0))

@@ -1,0 +1,169 @@
+"""The ``falcon`` command: database, clusters registry, tasks, emulator and the local stack."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from falcon.adapters.db import repository as repo
+from falcon.adapters.db.migrate import upgrade
+from falcon.adapters.db.session import session_scope
+from falcon.domain.model import Cluster, ClusterStatus
+from falcon.domain.status import Status
+from falcon.services.context import utc_now
+from falcon.settings import get_settings
+
+app = typer.Typer(no_args_is_help=True, help=__doc__)
+db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
+cluster_app = typer.Typer(no_args_is_help=True, help="The clusters registry.")
+task_app = typer.Typer(no_args_is_help=True, help="Tasks (rows of the job table).")
+emulator_app = typer.Typer(no_args_is_help=True, help="The local GKE/Compute/Kubernetes emulator.")
+app.add_typer(db_app, name="db")
+app.add_typer(cluster_app, name="cluster")
+app.add_typer(task_app, name="task")
+app.add_typer(emulator_app, name="emulator")
+
+
+def _url() -> str:
+    return get_settings().resolved_database_url
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Migrate the database named by FALCON_DATABASE_URL to the latest schema."""
+    upgrade(_url())
+    typer.echo("database is up to date")
+
+
+@cluster_app.command("add")
+def cluster_add(
+    name: str,
+    project: Annotated[str, typer.Option()],
+    location: Annotated[str, typer.Option()],
+    tpu_type: Annotated[str, typer.Option("--tpu-type")],
+    gcs_bucket: Annotated[str, typer.Option("--gcs-bucket")],
+    reservation: Annotated[str | None, typer.Option()] = None,
+    reservation_zone: Annotated[str | None, typer.Option("--reservation-zone")] = None,
+    namespace: Annotated[str, typer.Option()] = "falcon-jobs",
+    status: Annotated[ClusterStatus, typer.Option()] = ClusterStatus.ACTIVE,
+) -> None:
+    """Register an edge cluster (idempotent on project/location/name)."""
+    with session_scope(_url()) as session:
+        if repo.find_cluster(session, name, project, location):
+            typer.echo(f"cluster {project}/{location}/{name} is already registered")
+            return
+        cluster = Cluster(str(uuid.uuid4()), name, project, location, tpu_type, gcs_bucket, reservation,
+                          status, namespace, reservation_zone)
+        repo.add_cluster(session, cluster, utc_now())
+    typer.echo(f"registered {cluster.id} {project}/{location}/{name}")
+
+
+@cluster_app.command("list")
+def cluster_list() -> None:
+    with session_scope(_url()) as session:
+        for c in repo.list_clusters(session):
+            typer.echo(f"{c.id}  {c.project}/{c.location}/{c.name}  {c.tpu_type}  {c.status.value}  "
+                       f"reservation={c.default_reservation or '-'}  bucket={c.gcs_bucket}")
+
+
+@task_app.command("submit")
+def task_submit(
+    command: Annotated[list[str], typer.Argument(help="the command, after --")],
+    actor: Annotated[str, typer.Option()],
+    name: Annotated[str, typer.Option()],
+    tpu_type: Annotated[str, typer.Option("--tpu-type")],
+    topology: Annotated[str, typer.Option()],
+    image: Annotated[str, typer.Option()],
+    timeout: Annotated[int | None, typer.Option()] = None,
+    env: Annotated[list[str] | None, typer.Option(help="K=V, repeatable")] = None,
+    task_id: Annotated[str | None, typer.Option("--id")] = None,
+) -> None:
+    """Insert a Pending row, as the upstream component does."""
+    pairs = dict(item.split("=", 1) for item in env or [])
+    spec = {"image": image, "command": command, "args": [], "env": pairs, "topology": topology}
+    new_id = task_id or f"task-{uuid.uuid4().hex[:12]}"
+    with session_scope(_url()) as session:
+        repo.insert_task(session, task_id=new_id, actor=actor, name=name, tpu_type=tpu_type, spec=spec,
+                         timeout_seconds=timeout, now=utc_now())
+    typer.echo(new_id)
+
+
+@task_app.command("list")
+def task_list(limit: int = 50) -> None:
+    with session_scope(_url()) as session:
+        tasks = repo.list_tasks(session, limit)
+    for t in tasks:
+        typer.echo(f"{t.id:<24} {t.actor:<10} {t.name:<20} {t.status.value:<9} {(t.reason or ''):<20} {t.message or ''}")
+
+
+@task_app.command("show")
+def task_show(task_id: str) -> None:
+    with session_scope(_url()) as session:
+        task = repo.get_task(session, task_id)
+        progress = repo.get_progress(session, task_id)
+    if task is None:
+        raise typer.Exit(code=_missing(task_id))
+    fields = {k: (str(v) if v is not None else None) for k, v in task.__dict__.items()}
+    fields["spec"] = task.spec
+    fields["phase"] = progress.phase if progress else None
+    typer.echo(json.dumps(fields, ensure_ascii=False, indent=2))
+
+
+@task_app.command("abort")
+def task_abort(task_id: str) -> None:
+    """Request an abort, as upstream does: status Aborting with aborting_at."""
+    now = utc_now()
+    with session_scope(_url()) as session:
+        moved = repo.update_task(session, task_id, [Status.PENDING, Status.RUNNING], now,
+                                 status=Status.ABORTING, reason=None, aborting_at=now)
+    typer.echo("abort requested" if moved else f"task {task_id} is not active")
+
+
+def _missing(task_id: str) -> int:
+    typer.echo(f"no task {task_id}", err=True)
+    return 1
+
+
+@emulator_app.command("serve")
+def emulator_serve(
+    port: int = 8765,
+    config: Annotated[Path | None, typer.Option()] = None,
+    data_dir: Annotated[Path | None, typer.Option("--data-dir")] = None,
+    host: str = "127.0.0.1",
+) -> None:
+    """Serve the emulated GKE, Compute and Kubernetes APIs until Ctrl-C."""
+    from falcon_emulator.server import serve
+
+    serve(port, config, data_dir or get_settings().home / "emulator", host)
+
+
+@app.command("local")
+def local(
+    emulator: Annotated[bool, typer.Option("--emulator")] = False,
+    emulator_config: Annotated[Path | None, typer.Option("--emulator-config")] = None,
+    emulator_port: int = 8765,
+) -> None:
+    """The whole stack in the foreground: Prefect server (if PREFECT_API_URL is unset), the
+    emulator when asked, and the deployments served. Ctrl-C stops everything."""
+    from falcon.local import run_local
+
+    run_local(emulator, emulator_config, emulator_port)
+
+
+@app.command("demo")
+def demo(
+    keep_running: Annotated[bool, typer.Option("--keep-running")] = False,
+    tasks: int = 6,
+) -> None:
+    """Run the stack on the embedded defaults, submit sample tasks, show them reach Succeeded."""
+    from falcon.local import run_demo
+
+    raise typer.Exit(code=run_demo(keep_running, tasks))
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,134 @@
+"""Render a task's spec into its Kubernetes Job (design §6, §7): one task, one Job.
+
+The pods are pinned to the task's own node pool, request all TPU chips of their node, and
+write stdout/stderr through a GCS FUSE volume to ``gs://<bucket>/logs/<task id>/<pod name>.log``.
+A multi-host slice runs as an Indexed Job with one pod per node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from falcon.domain.model import Cluster, TaskSpec
+from falcon.domain.topology import SliceShape
+
+MANAGED_BY = "falcon"
+TASK_ID_ANNOTATION = "falcon.dev/task-id"
+TASK_LABEL = "falcon.dev/task"
+GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+
+# Runs the user's command with stdout+stderr teed to $FALCON_LOG_FILE, keeps its exit code
+# (pipefail through process substitution) and forwards SIGTERM to it (the shell is PID 1).
+LOG_WRAPPER = """set -o pipefail
+mkdir -p "$(dirname "$FALCON_LOG_FILE")"
+exec > >(tee -a "$FALCON_LOG_FILE") 2>&1; tee_pid=$!
+"$@" & child=$!
+trap 'kill -TERM "$child" 2>/dev/null' TERM INT
+wait "$child"; rc=$?
+while kill -0 "$child" 2>/dev/null; do wait "$child"; rc=$?; done
+exec >&- 2>&-; wait "$tee_pid" 2>/dev/null
+exit "$rc"
+"""
+
+
+@dataclass(frozen=True)
+class JobTarget:
+    task_id: str
+    job_name: str
+    node_pool: str
+    cluster: Cluster
+    shape: SliceShape
+    gcs_mount_path: str = "/gcs"
+    service_account: str | None = None
+
+    @property
+    def log_dir(self) -> str:
+        return f"logs/{self.task_id}"
+
+
+def log_object(task_id: str, pod_name: str) -> str:
+    """Object path of a pod's log inside the cluster's bucket (design §7)."""
+    return f"logs/{task_id}/{pod_name}.log"
+
+
+def render_job(spec: TaskSpec, target: JobTarget) -> dict[str, Any]:
+    shape = target.shape
+    labels = {"managed-by": MANAGED_BY, TASK_LABEL: target.job_name}
+    job_spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        "parallelism": shape.nodes,
+        "completions": shape.nodes,
+        "template": {
+            "metadata": {
+                "labels": labels,
+                "annotations": {"gke-gcsfuse/volumes": "true", TASK_ID_ANNOTATION: target.task_id},
+            },
+            "spec": _pod_spec(spec, target),
+        },
+    }
+    if shape.multi_host:
+        job_spec["completionMode"] = "Indexed"
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": target.job_name,
+            "labels": labels,
+            "annotations": {TASK_ID_ANNOTATION: target.task_id},
+        },
+        "spec": job_spec,
+    }
+
+
+def _pod_spec(spec: TaskSpec, target: JobTarget) -> dict[str, Any]:
+    shape = target.shape
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "nodeSelector": {
+            "cloud.google.com/gke-nodepool": target.node_pool,
+            "cloud.google.com/gke-tpu-accelerator": shape.generation.accelerator_label,
+            "cloud.google.com/gke-tpu-topology": shape.topology,
+        },
+        "tolerations": [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [_container(spec, target)],
+        "volumes": [
+            {
+                "name": "gcs-logs",
+                "csi": {
+                    "driver": GCSFUSE_DRIVER,
+                    "readOnly": False,
+                    "volumeAttributes": {"bucketName": target.cluster.gcs_bucket, "mountOptions": "implicit-dirs"},
+                },
+            }
+        ],
+    }
+    if target.service_account:
+        pod["serviceAccountName"] = target.service_account
+    return pod
+
+
+def _container(spec: TaskSpec, target: JobTarget) -> dict[str, Any]:
+    chips = str(target.shape.chips_per_node)
+    resources: dict[str, Any] = {"limits": {"google.com/tpu": chips}, "requests": {"google.com/tpu": chips}}
+    for kind, values in (spec.resources or {}).items():
+        if isinstance(values, dict):
+            resources.setdefault(kind, {}).update({k: str(v) for k, v in values.items()})
+    log_file = f"{target.gcs_mount_path}/{target.log_dir}/$(POD_NAME).log"
+    env = [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "FALCON_TASK_ID", "value": target.task_id},
+        {"name": "FALCON_LOG_FILE", "value": log_file},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        *({"name": k, "value": v} for k, v in spec.env.items()),
+    ]
+    return {
+        "name": "main",
+        "image": spec.image,
+        "command": ["/bin/bash", "-c", LOG_WRAPPER, "falcon-run", *spec.command],
+        "args": list(spec.args),
+        "env": env,
+        "resources": resources,
+        "volumeMounts": [{"name": "gcs-logs", "mountPath": target.gcs_mount_path}],
+    }

@@ -1,0 +1,303 @@
+"""Scheduling policy: which cluster gets a task, who gets a queue's slot, how a pool is provisioned.
+
+Design §3 (cluster choice), §4 (queues and the pick rule), §5 (provisioning and delayed pool
+deletion) and §9 (the Waiting message). Everything here is a pure function of plain data the
+flows read beforehand, so the policy can be tested exhaustively and replayed without GKE,
+MySQL or a clock: ``now`` is always an argument.
+
+The pick rule, verbatim from §4: collect the waiting tasks, group them by actor and take each
+actor's earliest; if more than one actor is a candidate, exclude the actor that got this queue's
+slot last; of the rest take the earliest submitted. "Earliest" means ``(submitted_at, task_id)``
+so that equal timestamps still give one answer.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from itertools import islice
+from operator import attrgetter
+
+from falcon.domain.messages import AHEAD_PREVIEW, Locale, waiting_message
+from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey
+from falcon.domain.status import Reason
+from falcon.domain.topology import canonical_tpu_type
+
+# An idle pool with waiters is still deleted after this many grace periods: whoever waits is
+# evidently not taking it, and an idle TPU pool costs money for nothing.
+IDLE_WITH_WAITERS_FACTOR = 10
+
+
+# --- Pick rule (§4) -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WaitingTask:
+    """A task in Reason=Waiting in one (cluster, topology) queue."""
+
+    task_id: str
+    actor: str
+    name: str
+    submitted_at: datetime  # the row's created_at; ties broken by task_id
+
+
+_SUBMITTED_AT = attrgetter("submitted_at")
+_TASK_ID = attrgetter("task_id")
+
+
+def _key(task: WaitingTask) -> tuple[datetime, str]:
+    return (task.submitted_at, task.task_id)
+
+
+def _actor_heads(waiting: Sequence[WaitingTask]) -> dict[str, WaitingTask]:
+    """Each actor's earliest task: FIFO within an actor means only these can be picked."""
+    heads: dict[str, WaitingTask] = {}
+    for task in waiting:
+        head = heads.get(task.actor)
+        if head is None or _key(task) < _key(head):
+            heads[task.actor] = task
+    return heads
+
+
+def pick_next(waiting: Sequence[WaitingTask], last_actor: str | None) -> WaitingTask | None:
+    """The task that gets the free slot, by the §4 rule; None if nobody waits.
+
+    Written as the design states it (not via pick_order) so the two can check each other.
+    """
+    heads = _actor_heads(waiting)
+    if len(heads) > 1 and last_actor is not None:
+        heads.pop(last_actor, None)
+    return min(heads.values(), key=_key, default=None)
+
+
+def pick_order(waiting: Sequence[WaitingTask], last_actor: str | None) -> list[WaitingTask]:
+    """Every waiting task in the order repeated pick_next calls would take them.
+
+    Assumes no arrivals or aborts in between; that is what makes the positions shown to users
+    truthful. A heap of actor heads makes it O(n log n) rather than pick_next's O(n) per pick.
+    Heads are compared by their rank in one global sort, so the heap compares plain ints.
+    """
+    ranked = _earliest_first(waiting)
+    queues = _ranks_by_actor(ranked)
+    heap = [(ranks[0], actor) for actor, ranks in queues.items()]
+    heapq.heapify(heap)
+    order: list[WaitingTask] = []
+    while heap:
+        rank, actor = _pop_allowed(heap, last_actor)
+        order.append(ranked[rank])
+        ranks = queues[actor]
+        ranks.popleft()
+        if ranks:
+            heapq.heappush(heap, (ranks[0], actor))
+        last_actor = actor
+    return order
+
+
+def _earliest_first(waiting: Sequence[WaitingTask]) -> list[WaitingTask]:
+    """Sorted by (submitted_at, task_id): two stable sorts, twice as fast as sorting tuples."""
+    ranked = sorted(waiting, key=_TASK_ID)
+    ranked.sort(key=_SUBMITTED_AT)
+    return ranked
+
+
+def _ranks_by_actor(ranked: Sequence[WaitingTask]) -> dict[str, deque[int]]:
+    """Each actor's tasks as ranks into ``ranked``, earliest first."""
+    queues: dict[str, deque[int]] = {}
+    for rank, task in enumerate(ranked):
+        queues.setdefault(task.actor, deque()).append(rank)
+    return queues
+
+
+def _pop_allowed(heap: list[tuple[int, str]], last_actor: str | None) -> tuple[int, str]:
+    """Pop the earliest actor head, passing over last_actor's while another actor has one.
+
+    The heap holds one entry per actor, so at most one entry needs passing over.
+    """
+    first = heapq.heappop(heap)
+    if first[1] != last_actor or not heap:
+        return first
+    return heapq.heapreplace(heap, first)
+
+
+@dataclass(frozen=True)
+class QueuePosition:
+    """Where a waiting task stands in pick order, and whom the Waiting message names."""
+
+    position: int  # 1-based, in pick_order
+    ahead_count: int  # position - 1
+    ahead_preview: tuple[WaitingTask, ...]  # the first up-to-3 tasks of pick_order ahead of this one
+
+
+def queue_positions(waiting: Sequence[WaitingTask], last_actor: str | None) -> dict[str, QueuePosition]:
+    """Position of every waiting task, keyed by task_id, in pick order.
+
+    Every task from position 4 on sees the same first three tasks, so the previews are shared
+    tuples: memory stays O(n) instead of the O(n²) of a prefix per task.
+    """
+    order = pick_order(waiting, last_actor)
+    previews = [tuple(order[:i]) for i in range(min(len(order), AHEAD_PREVIEW) + 1)]
+    positions = {
+        task.task_id: QueuePosition(i + 1, i, previews[min(i, AHEAD_PREVIEW)]) for i, task in enumerate(order)
+    }
+    if len(positions) != len(order):
+        raise ValueError("waiting tasks must have distinct task_ids")
+    return positions
+
+
+def waiting_messages(
+    waiting: Sequence[WaitingTask], last_actor: str | None, locale: Locale = Locale.ZH
+) -> dict[str, str]:
+    """The §9 Waiting message of every waiting task, keyed by task_id."""
+    positions = queue_positions(waiting, last_actor)
+    # Previews are prefixes of one order, so their length identifies them: name each once.
+    named = {len(p.ahead_preview): [(t.actor, t.name) for t in p.ahead_preview] for p in _previews(positions)}
+    return {
+        task_id: waiting_message(pos.position, named[len(pos.ahead_preview)], pos.ahead_count, locale)
+        for task_id, pos in positions.items()
+    }
+
+
+def _previews(positions: Mapping[str, QueuePosition]) -> Iterator[QueuePosition]:
+    """One position per distinct preview: the first AHEAD_PREVIEW + 1 positions (dicts keep order)."""
+    return islice(positions.values(), AHEAD_PREVIEW + 1)
+
+
+# --- Cluster choice (§3) --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusterLoad:
+    """A cluster with what §3 ranks it by, read by the caller from the pools and the job table."""
+
+    cluster: Cluster
+    idle_pool_topologies: frozenset[str]  # topologies with an idle (kept) node pool in this cluster
+    queue_lengths: Mapping[str, int]  # topology -> tasks waiting or acquiring in that queue
+
+
+def eligible_clusters(tpu_type: str, clusters: Sequence[ClusterLoad]) -> list[ClusterLoad]:
+    """Active clusters offering this TPU type; aliases ("tpu7x", "trillium") count as the same."""
+    wanted = canonical_tpu_type(tpu_type)
+    return [
+        load
+        for load in clusters
+        if load.cluster.status is ClusterStatus.ACTIVE and canonical_tpu_type(load.cluster.tpu_type) == wanted
+    ]
+
+
+def choose_cluster(tpu_type: str, topology: str, clusters: Sequence[ClusterLoad]) -> Cluster | None:
+    """The §3 choice: an idle pool of this topology first, then the shortest queue.
+
+    Reusing a pool saves the 5-10 minutes of creating one, so it beats a shorter queue. Ties
+    fall to (name, id) so that every replica and every re-run choose the same cluster.
+    """
+    candidates = eligible_clusters(tpu_type, clusters)
+    if not candidates:
+        return None
+    best = min(candidates, key=lambda load: _cluster_rank(load, topology))
+    return best.cluster
+
+
+def _cluster_rank(load: ClusterLoad, topology: str) -> tuple[bool, int, str, str]:
+    no_idle_pool = topology not in load.idle_pool_topologies
+    return (no_idle_pool, load.queue_lengths.get(topology, 0), load.cluster.name, load.cluster.id)
+
+
+# --- Provisioning (§5) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReservationCapacity:
+    """A Compute reservation's size and use, as the Compute API reports them."""
+
+    name: str
+    count: int
+    in_use: int
+
+    @property
+    def free(self) -> int:
+        """Nodes still available; the API may briefly report in_use > count, which means none."""
+        return max(0, self.count - self.in_use)
+
+
+@dataclass(frozen=True)
+class ProvisioningDecision:
+    """How the slot holder gets its nodes, and what the row's Reason says meanwhile."""
+
+    reuse_pool: str | None  # name of the idle pool to reuse (then mode is that pool's mode)
+    mode: ProvisioningMode
+    reason: Reason  # PROVISIONING or PROVISIONING_FALLBACK
+    reservation: str | None  # set when the pool is created on the reservation
+    scale_down_delay: timedelta  # by the mode actually used
+
+
+def decide_provisioning(
+    nodes_needed: int,
+    idle_pool: tuple[str, ProvisioningMode] | None,
+    default_reservation: str | None,
+    capacity: ReservationCapacity | None,
+    reservation_idle: timedelta,
+    flex_start_idle: timedelta,
+) -> ProvisioningDecision:
+    """The §5 decision: reuse an idle pool, else the reservation if it has room, else flex-start.
+
+    ``capacity`` None means the reservation could not be read; that is treated like a full
+    reservation (fall back to flex-start) because a task should not wait on a Compute outage.
+    The scale-down delay follows the mode actually used, not the cluster's configuration.
+    """
+    if nodes_needed < 1:
+        raise ValueError(f"nodes_needed must be at least 1, got {nodes_needed}")
+    delays = {ProvisioningMode.RESERVATION: reservation_idle, ProvisioningMode.FLEX_START: flex_start_idle}
+    if idle_pool is not None:
+        pool, mode = idle_pool
+        return ProvisioningDecision(pool, mode, Reason.PROVISIONING, None, delays[mode])
+    if default_reservation is None:
+        flex = ProvisioningMode.FLEX_START
+        return ProvisioningDecision(None, flex, Reason.PROVISIONING, None, delays[flex])
+    if capacity is not None and capacity.free >= nodes_needed:
+        mode = ProvisioningMode.RESERVATION
+        return ProvisioningDecision(None, mode, Reason.PROVISIONING, default_reservation, delays[mode])
+    flex = ProvisioningMode.FLEX_START
+    return ProvisioningDecision(None, flex, Reason.PROVISIONING_FALLBACK, None, delays[flex])
+
+
+# --- Delayed deletion (§5, §8) --------------------------------------------------------------
+
+
+def keep_pool_after_task(waiting_in_queue: int) -> bool:
+    """Keep a finished task's pool iff a task of the same (cluster, topology) waits for it.
+
+    Applies to every ending, aborts included (§8): an abort must not waste a reusable pool.
+    """
+    return waiting_in_queue > 0
+
+
+@dataclass(frozen=True)
+class IdlePool:
+    """A node pool Falcon kept after its task ended, not yet taken by the next one."""
+
+    cluster_id: str
+    name: str
+    topology: str
+    idle_since: datetime
+
+
+def expired_idle_pools(
+    pools: Sequence[IdlePool], waiting_by_queue: Mapping[QueueKey, int], now: datetime, grace: timedelta
+) -> list[IdlePool]:
+    """Idle pools to delete now, in the order given.
+
+    A pool whose queue has nobody waiting goes after ``grace``. A pool is never kept forever:
+    past IDLE_WITH_WAITERS_FACTOR x grace it goes even with waiters, since they are not taking it.
+    """
+    return [pool for pool in pools if _idle_pool_expired(pool, waiting_by_queue, now, grace)]
+
+
+def _idle_pool_expired(
+    pool: IdlePool, waiting_by_queue: Mapping[QueueKey, int], now: datetime, grace: timedelta
+) -> bool:
+    idle_for = now - pool.idle_since
+    waiting = waiting_by_queue.get(QueueKey(pool.cluster_id, pool.topology), 0)
+    return idle_for > IDLE_WITH_WAITERS_FACTOR * grace or (waiting == 0 and idle_for > grace)

@@ -1,0 +1,234 @@
+"""The one-machine stack: a Prefect server, the emulator, and Falcon's deployments served.
+
+``falcon local`` runs it in the foreground; ``falcon demo`` runs it on the embedded defaults,
+submits sample tasks across two clusters and waits for them to finish.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+
+from falcon.adapters.db import repository as repo
+from falcon.adapters.db.migrate import upgrade
+from falcon.adapters.db.session import session_scope
+from falcon.domain.model import Cluster, ClusterStatus
+from falcon.domain.status import TERMINAL, Status
+from falcon.services.context import utc_now
+from falcon.settings import get_settings
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+DISPATCHER_INTERVAL = timedelta(seconds=600)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def prefect_server(home: Path) -> Iterator[str]:
+    """A local ``prefect server`` with leases on disk (so a restart does not leak queue slots)."""
+    if os.environ.get("PREFECT_API_URL"):
+        yield os.environ["PREFECT_API_URL"]
+        return
+    port = free_port()
+    env = {**os.environ, "PREFECT_HOME": str(home.resolve()), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
+           "PREFECT_SERVER_API_PORT": str(port)}
+    home.mkdir(parents=True, exist_ok=True)
+    log = (home / "server.log").open("ab")
+    proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--port", str(port)],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}/api"
+    try:
+        _wait_healthy(url, proc)
+        os.environ["PREFECT_API_URL"] = url
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+        log.close()
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"prefect server exited with {proc.returncode}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError("prefect server did not become healthy")
+
+
+@contextmanager
+def emulator(config: Path | None, port: int, data_dir: Path) -> Iterator[str]:
+    from falcon_emulator.config import EmulatorConfig
+    from falcon_emulator.server import EmulatorServer
+
+    with EmulatorServer(EmulatorConfig.load(config), data_dir, port=port) as server:
+        os.environ["FALCON_EMULATOR_URL"] = server.url
+        get_settings.cache_clear()
+        yield server.url
+
+
+def serve_deployments() -> None:
+    """Serve the dispatcher (scheduled, never two at once) and the per-task flows; blocks."""
+    from prefect import serve
+    from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
+    from prefect.flows import load_flow_from_entrypoint
+
+    os.chdir(PROJECT_DIR)
+    dispatcher = load_flow_from_entrypoint("flows/dispatcher.py:dispatcher")
+    lifecycle = load_flow_from_entrypoint("flows/lifecycle.py:task_lifecycle")
+    release = load_flow_from_entrypoint("flows/lifecycle.py:task_release")
+    threading.Thread(target=_start_dispatcher_now, daemon=True).start()
+    serve(
+        dispatcher.to_deployment(
+            "dispatcher", interval=DISPATCHER_INTERVAL,
+            parameters={"run_seconds": DISPATCHER_INTERVAL.total_seconds() - 2},
+            concurrency_limit=ConcurrencyLimitConfig(limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW),
+        ),
+        lifecycle.to_deployment("task-lifecycle"),
+        release.to_deployment("task-release"),
+        limit=int(os.environ.get("FALCON_RUNNER_LIMIT", "25")),
+    )
+
+
+def _start_dispatcher_now() -> None:
+    """Do not wait for the first scheduled tick: start a dispatcher run as soon as it is served."""
+    from prefect.deployments import run_deployment
+
+    for _ in range(120):
+        try:
+            run_deployment("dispatcher/dispatcher", timeout=0, as_subflow=False,
+                           parameters={"run_seconds": DISPATCHER_INTERVAL.total_seconds() - 2})
+            return
+        except Exception:
+            time.sleep(1)
+
+
+def run_local(with_emulator: bool, emulator_config: Path | None, emulator_port: int) -> None:
+    settings = get_settings()
+    os.environ.setdefault("PREFECT_RUNNER_POLL_FREQUENCY", "1")
+    upgrade(settings.resolved_database_url)
+    with ExitStack() as stack:
+        url = stack.enter_context(prefect_server(settings.home / "prefect"))
+        print(f"Prefect UI: {url.removesuffix('/api')}", flush=True)
+        if with_emulator:
+            emu = stack.enter_context(emulator(emulator_config, emulator_port, settings.home / "emulator"))
+            print(f"emulator: {emu}", flush=True)
+        serve_deployments()
+
+
+DEMO_CLUSTERS = [
+    ("edge-a", "tpu-project-a", "us-east5", "res-v6e", "us-east5-b", "falcon-demo-logs-a"),
+    ("edge-b", "tpu-project-b", "us-central1", None, None, "falcon-demo-logs-b"),
+]
+DEMO_TASKS = [("alice", "profiling-v6e", "2x4"), ("bob", "benchmark-v6e", "2x4"), ("carol", "accuracy-v6e", "2x2"),
+              ("alice", "train-v6e", "2x2"), ("bob", "sweep-v6e", "4x4"), ("carol", "eval-v6e", "2x4")]
+
+
+def run_demo(keep_running: bool, count: int) -> int:
+    home = Path(os.environ.get("FALCON_HOME", ".falcon")) / "demo"
+    shutil.rmtree(home, ignore_errors=True)
+    os.environ["FALCON_HOME"] = str(home)
+    os.environ.pop("FALCON_DATABASE_URL", None)
+    get_settings.cache_clear()
+    settings = get_settings()
+    started = time.monotonic()
+    upgrade(settings.resolved_database_url)
+    with ExitStack() as stack:
+        url = stack.enter_context(prefect_server(home / "prefect"))
+        emu = stack.enter_context(emulator(None, free_port(), home / "emulator"))
+        _register_demo_clusters()
+        runner = stack.enter_context(_local_subprocess(home))
+        ids = _submit_demo_tasks(count)
+        print(f"Prefect UI: {url.removesuffix('/api')}   emulator: {emu}", flush=True)
+        print(f"watch progress: FALCON_HOME={home} falcon task list", flush=True)
+        ok = _wait_for(ids, runner, timeout=600)
+        print(f"all tasks finished in {time.monotonic() - started:.1f}s; logs under {home / 'emulator' / 'gcs'}")
+        if keep_running:
+            print("stack stays up; Ctrl-C to stop", flush=True)
+            _sleep_until_interrupted()
+    return 0 if ok else 1
+
+
+def _register_demo_clusters() -> None:
+    with session_scope(get_settings().resolved_database_url) as session:
+        for i, (name, project, location, reservation, zone, bucket) in enumerate(DEMO_CLUSTERS):
+            if repo.find_cluster(session, name, project, location) is None:
+                repo.add_cluster(session, Cluster(f"00000000-0000-0000-0000-00000000000{i + 1}", name, project,
+                                                  location, "v6e", bucket, reservation, ClusterStatus.ACTIVE,
+                                                  "falcon-jobs", zone), utc_now())
+
+
+@contextmanager
+def _local_subprocess(home: Path) -> Iterator[subprocess.Popen[bytes]]:
+    log = (home / "local.log").open("ab")
+    proc = subprocess.Popen([sys.executable, "-m", "falcon.cli", "local"], env={**os.environ},
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=PROJECT_DIR)
+    try:
+        yield proc
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+def _submit_demo_tasks(count: int) -> list[str]:
+    ids = []
+    with session_scope(get_settings().resolved_database_url) as session:
+        for i in range(count):
+            actor, name, topology = DEMO_TASKS[i % len(DEMO_TASKS)]
+            task_id = f"demo-{i + 1:03d}"
+            spec = {"image": "us-docker.pkg.dev/demo/trainer:latest", "command": ["python", "-u", "run.py"],
+                    "args": ["--steps", "10"], "env": {"EMULATOR_RUN_SECONDS": "3"}, "topology": topology}
+            repo.insert_task(session, task_id=task_id, actor=actor, name=name, tpu_type="v6e", spec=spec,
+                             timeout_seconds=900, now=utc_now())
+            ids.append(task_id)
+    return ids
+
+
+def _wait_for(ids: list[str], runner: subprocess.Popen[bytes], timeout: float) -> bool:
+    deadline, shown = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline and runner.poll() is None:
+        with session_scope(get_settings().resolved_database_url) as session:
+            tasks = [t for t in (repo.get_task(session, i) for i in ids) if t]
+        table = "\n".join(f"  {t.id}  {t.actor:<6} {t.status.value:<9} {t.reason or '':<21} {t.message or ''}"
+                          for t in tasks)
+        if table != shown:
+            print(table + "\n", flush=True)
+            shown = table
+        if all(t.status in TERMINAL for t in tasks):
+            return all(t.status is Status.SUCCEEDED for t in tasks)
+        time.sleep(1)
+    return False
+
+
+def _sleep_until_interrupted() -> None:
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,217 @@
+"""Phases 3 and 4 of the design: provision a node pool, dispatch the Job, wait for its pods.
+
+Each step is idempotent and resumable from the database plus what GKE and Kubernetes report:
+names are derived from the task id, the pool is recorded before it is created (write-ahead),
+creates treat 409 as 'already done'. A step that finds the task aborted, failed or timed out
+raises ``TaskEnded``; the lifecycle flow then releases whatever the task holds.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+
+from falcon.adapters.db import repository as repo
+from falcon.domain.errors import ConflictError, FalconError, NotFoundError, PermanentError, TemporaryError
+from falcon.domain.job_manifest import JobTarget, render_job
+from falcon.domain.messages import MessageKey, render
+from falcon.domain.model import QueueKey, k8s_job_name_for, node_pool_name_for
+from falcon.domain.node_pools import NodePoolPlan
+from falcon.domain.scheduling import ProvisioningDecision, ReservationCapacity, decide_provisioning
+from falcon.domain.status import Reason, Status
+from falcon.services.context import Outcome, Services, TaskEnded, TaskView
+
+_READY = {"RUNNING", "RECONCILING"}
+_BROKEN = {"ERROR", "RUNNING_WITH_ERROR", "STOPPING"}
+
+
+def _message(services: Services, key: MessageKey, **params: object) -> str:
+    return render(key, services.settings.message_locale, **params)
+
+
+def ensure_active(services: Services, task_id: str) -> None:
+    """Raise TaskEnded(Aborted) once upstream has asked for an abort."""
+    with services.db() as session:
+        task = repo.get_task(session, task_id)
+    if task is None or task.status is Status.ABORTING:
+        raise TaskEnded(Outcome(Status.ABORTED, None, _message(services, MessageKey.ABORTED)))
+
+
+def _update_pending(services: Services, task_id: str, **values: object) -> None:
+    with services.db() as session:
+        moved = repo.update_task(session, task_id, [Status.PENDING], services.clock(), **values)
+    if not moved:
+        ensure_active(services, task_id)
+
+
+def provision(services: Services, view: TaskView) -> str:
+    """Reuse an idle pool of the queue, or create one; returns the pool's name."""
+    task, queue = view.task, QueueKey(view.cluster.id, view.shape.topology)
+    now = services.clock()
+    with services.db() as session:
+        held = task.node_pool_name and repo.get_pool(session, view.cluster.id, task.node_pool_name)
+        if held and held.holder_task_id == task.id and held.state in (repo.PoolState.IN_USE, repo.PoolState.CREATING):
+            return held.name  # resumed after a crash: this task already has its pool
+        reused = repo.claim_idle_pool(session, queue, task.id, now)
+        if reused:
+            message = _message(services, MessageKey.PROVISIONING_REUSE, pool=reused.name)
+            repo.update_task(session, task.id, [Status.PENDING], now, node_pool_name=reused.name,
+                             reason=Reason.PROVISIONING, message=message)
+            return reused.name
+    decision = _decide(services, view)
+    plan = NodePoolPlan(
+        name=node_pool_name_for(task.id, view.shape.topology),
+        shape=view.shape,
+        mode=decision.mode,
+        reservation=decision.reservation,
+        scale_down_delay=decision.scale_down_delay,
+        zone=view.cluster.reservation_zone,
+    )
+    _write_ahead(services, view, plan, decision)
+    try:
+        services.gateways.node_pools.create(view.cluster, plan)
+    except ConflictError:
+        pass  # created by an earlier attempt of this same task
+    except PermanentError as exc:
+        raise TaskEnded(Outcome(Status.FAILED, Reason.NODE_POOL_FAILED,
+                                _message(services, MessageKey.NODE_POOL_FAILED, detail=exc))) from exc
+    return plan.name
+
+
+def _decide(services: Services, view: TaskView) -> ProvisioningDecision:
+    cluster, capacity = view.cluster, None
+    if cluster.default_reservation:
+        try:
+            capacity = services.gateways.reservations.capacity(
+                cluster.project, cluster.reservation_zone or cluster.location, cluster.default_reservation
+            )
+        except FalconError:
+            capacity = None  # unreadable: treated as short, so the task still gets capacity
+    return decide_provisioning(
+        view.shape.nodes, None, cluster.default_reservation, capacity,
+        services.settings.reservation_idle, services.settings.flex_start_idle,
+    )
+
+
+def _write_ahead(services: Services, view: TaskView, plan: NodePoolPlan, decision: ProvisioningDecision) -> None:
+    if decision.reason is Reason.PROVISIONING_FALLBACK:
+        message = _message(services, MessageKey.PROVISIONING_FALLBACK)
+    elif decision.reservation:
+        message = _message(services, MessageKey.PROVISIONING_RESERVATION, reservation=decision.reservation)
+    else:
+        message = _message(services, MessageKey.PROVISIONING_FLEX_START)
+    pool = repo.NodePool(
+        cluster_id=view.cluster.id, name=plan.name, topology=view.shape.topology,
+        machine_type=view.shape.machine_type, mode=plan.mode.value, reservation=plan.reservation,
+        state=repo.PoolState.CREATING, holder_task_id=view.task.id, idle_since=None,
+    )
+    with services.db() as session:
+        repo.write_ahead_pool(session, pool, services.clock())
+    _update_pending(services, view.task.id, node_pool_name=plan.name, reason=decision.reason, message=message)
+
+
+def wait_pool_ready(services: Services, view: TaskView, pool_name: str, started: datetime) -> None:
+    deadline = started + timedelta(seconds=services.settings.node_pool_timeout_seconds)
+    while True:
+        ensure_active(services, view.task.id)
+        try:
+            status = services.gateways.node_pools.get(view.cluster, pool_name)
+        except NotFoundError as exc:
+            raise _pool_failed(services, f"node pool {pool_name} disappeared") from exc
+        except TemporaryError:
+            status = None
+        if status and status.status in _READY:
+            with services.db() as session:
+                repo.update_pool(session, view.cluster.id, pool_name, services.clock(), state=repo.PoolState.IN_USE)
+            return
+        if status and status.status in _BROKEN:
+            raise _pool_failed(services, status.detail or status.status)
+        if services.clock() >= deadline:
+            minutes = services.settings.node_pool_timeout_seconds // 60
+            detail = f"node pool {pool_name} still {status.status if status else 'unknown'}"
+            raise TaskEnded(Outcome(Status.FAILED, Reason.NODE_POOL_TIMEOUT,
+                                    _message(services, MessageKey.NODE_POOL_TIMEOUT, minutes=minutes, detail=detail)))
+        time.sleep(services.settings.poll_seconds)
+
+
+def _pool_failed(services: Services, detail: str) -> TaskEnded:
+    return TaskEnded(Outcome(Status.FAILED, Reason.NODE_POOL_FAILED,
+                             _message(services, MessageKey.NODE_POOL_FAILED, detail=detail)))
+
+
+def dispatch(services: Services, view: TaskView, pool_name: str) -> str:
+    """Submit the task's Job (or find the one an earlier attempt submitted); returns its name."""
+    task = view.task
+    job_name = k8s_job_name_for(task.id)
+    _update_pending(services, task.id, reason=Reason.DISPATCHING, message=_message(services, MessageKey.DISPATCHING))
+    target = JobTarget(task.id, job_name, pool_name, view.cluster, view.shape,
+                       services.settings.gcs_mount_path, services.settings.job_service_account)
+    jobs = services.gateways.jobs(view.cluster)
+    try:
+        jobs.ensure_namespace(view.cluster.namespace)
+        uid = jobs.create_job(view.cluster.namespace, render_job(view.spec, target))
+    except ConflictError:
+        uid = jobs.get_job(view.cluster.namespace, job_name).uid
+    except PermanentError as exc:
+        raise TaskEnded(Outcome(Status.FAILED, Reason.JOB_SUBMIT_FAILED,
+                                _message(services, MessageKey.JOB_SUBMIT_FAILED, detail=exc))) from exc
+    now = services.clock()
+    pending = _message(services, MessageKey.PODS_PENDING, running=0, total=view.shape.nodes, detail="")
+    _update_pending(services, task.id, k8s_job_name=job_name, job_uid=uid,
+                    dispatched_at=task.dispatched_at or now, message=pending)
+    return job_name
+
+
+def wait_pods_running(services: Services, view: TaskView, job_name: str) -> int:
+    """Poll until every pod of the Job runs (or it already finished); returns pods running."""
+    namespace, total = view.cluster.namespace, view.shape.nodes
+    jobs = services.gateways.jobs(view.cluster)
+    while True:
+        ensure_active(services, view.task.id)
+        try:
+            job = jobs.get_job(namespace, job_name)
+            pods = jobs.job_pods(namespace, job_name)
+        except TemporaryError:
+            time.sleep(services.settings.poll_seconds)
+            continue
+        running = sum(1 for p in pods if p.phase == "Running")
+        if job.failed_condition:
+            detail = "; ".join(p.describe() for p in pods if p.terminated) or job.failed_condition
+            raise TaskEnded(Outcome(Status.FAILED, Reason.JOB_FAILED, _message(services, MessageKey.JOB_FAILED, detail=detail)))
+        if running >= total or job.complete:
+            return running
+        _check_timeout(services, view)
+        stuck = next((p.describe() for p in pods if p.waiting_reason or p.unschedulable), "")
+        message = _message(services, MessageKey.PODS_PENDING, running=running, total=total,
+                           detail=f": {stuck}" if stuck else "")
+        _update_pending(services, view.task.id, message=message)
+        time.sleep(services.settings.poll_seconds)
+
+
+def _check_timeout(services: Services, view: TaskView) -> None:
+    with services.db() as session:
+        task = repo.get_task(session, view.task.id)
+    if task and timed_out(task.dispatched_at, task.timeout_seconds, services.clock()):
+        raise TaskEnded(Outcome(Status.FAILED, Reason.TIMEOUT,
+                                _message(services, MessageKey.TIMEOUT, seconds=task.timeout_seconds)))
+
+
+def timed_out(dispatched_at: datetime | None, timeout_seconds: int | None, now: datetime) -> bool:
+    """Design §4: the timeout runs from dispatched_at (Job submitted), pods pending included."""
+    if dispatched_at is None or not timeout_seconds:
+        return False
+    return now >= dispatched_at + timedelta(seconds=timeout_seconds)
+
+
+def mark_running(services: Services, view: TaskView, running: int) -> None:
+    """All pods run: status Running; the queue slot is released by the caller right after."""
+    message = _message(services, MessageKey.RUNNING, active=running, total=view.shape.nodes)
+    now = services.clock()
+    with services.db() as session:
+        moved = repo.update_task(session, view.task.id, [Status.PENDING], now,
+                                 status=Status.RUNNING, reason=None, message=message)
+        if moved:
+            repo.update_progress(session, view.task.id, now, [repo.Phase.ACQUIRING],
+                                 phase=repo.Phase.RUNNING, lease_id=None)
+    if not moved:
+        ensure_active(services, view.task.id)

@@ -1,0 +1,123 @@
+"""Phase 6 of the design (deprovisioning), shared by every way a task ends, abort included.
+
+Delete the Job, then keep the node pool for a waiting task of the same queue or delete it,
+then write the terminal status. A node-pool deletion that keeps failing does not change the
+outcome: its error is appended to the Message and the pool stays marked for the janitor.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from falcon.adapters.db import repository as repo
+from falcon.domain.errors import FalconError, NotFoundError, TemporaryError
+from falcon.domain.messages import MessageKey, render
+from falcon.domain.model import Cluster, QueueKey
+from falcon.domain.scheduling import keep_pool_after_task
+from falcon.domain.status import Reason, Status
+from falcon.services.context import Outcome, Services
+
+
+def record_outcome(services: Services, task_id: str, outcome: Outcome, from_phases: list[str]) -> bool:
+    """Remember how the task ends and move it to releasing; False if another step got there first."""
+    now = services.clock()
+    with services.db() as session:
+        moved = repo.update_progress(
+            session, task_id, now, from_phases, phase=repo.Phase.RELEASING,
+            outcome_status=outcome.status.value,
+            outcome_reason=outcome.reason.value if outcome.reason else None,
+            outcome_message=outcome.message, lease_id=None,
+        )
+        if moved:
+            releasing = render(MessageKey.RELEASING, services.settings.message_locale)
+            repo.update_task(session, task_id, [Status.RUNNING], now, message=releasing)
+    return moved
+
+
+def release(services: Services, task_id: str) -> Outcome:
+    """Finish a task in phase releasing: Job, node pool, terminal status. Safe to run again."""
+    with services.db() as session:
+        task = repo.get_task(session, task_id)
+        progress = repo.get_progress(session, task_id)
+        cluster = repo.get_cluster(session, task.cluster_id) if task and task.cluster_id else None
+    if task is None or progress is None or progress.phase != repo.Phase.RELEASING:
+        raise FalconError(f"task {task_id} is not being released")
+    outcome = Outcome(Status(progress.outcome_status or Status.FAILED.value),
+                      Reason(progress.outcome_reason) if progress.outcome_reason else None, progress.outcome_message or "")
+    pool_error = None
+    if cluster is not None:
+        if task.k8s_job_name:
+            delete_job(services, cluster, task.k8s_job_name)
+        if task.node_pool_name and progress.queue:
+            pool_error = keep_or_delete_pool(services, cluster, task.node_pool_name, progress.queue, task_id)
+    if pool_error:
+        outcome = Outcome(outcome.status, outcome.reason, render(
+            MessageKey.NODE_POOL_DELETE_FAILED, services.settings.message_locale,
+            message=outcome.message, detail=pool_error))
+    return write_outcome(services, task_id, outcome)
+
+
+def delete_job(services: Services, cluster: Cluster, job_name: str) -> None:
+    try:
+        services.gateways.jobs(cluster).delete_job(cluster.namespace, job_name)
+    except NotFoundError:
+        pass
+
+
+def keep_or_delete_pool(services: Services, cluster: Cluster, pool: str, queue: QueueKey, task_id: str) -> str | None:
+    """Hand the pool to the queue's next task, or delete it; returns a deletion error, if any."""
+    now = services.clock()
+    with services.db() as session:
+        waiting = len(repo.waiting_by_queue(session).get(queue, []))
+        if keep_pool_after_task(waiting):
+            kept = repo.update_pool(session, cluster.id, pool, now,
+                                    expect_state=[repo.PoolState.IN_USE, repo.PoolState.CREATING],
+                                    state=repo.PoolState.IDLE, holder_task_id=None, idle_since=now)
+            if kept:
+                return None
+        repo.update_pool(session, cluster.id, pool, now, state=repo.PoolState.DELETING, holder_task_id=None)
+    return delete_pool(services, cluster, pool)
+
+
+def delete_pool(services: Services, cluster: Cluster, pool: str) -> str | None:
+    """Delete and wait until GKE no longer knows the pool; retries while GKE is busy."""
+    deadline = services.clock() + timedelta(seconds=services.settings.node_pool_timeout_seconds)
+    gke, last_error = services.gateways.node_pools, None
+    requested = False
+    while services.clock() < deadline:
+        try:
+            if not requested:
+                gke.delete(cluster, pool)
+                requested = True
+            gke.get(cluster, pool)
+        except NotFoundError:
+            with services.db() as session:
+                repo.update_pool(session, cluster.id, pool, services.clock(), state=repo.PoolState.DELETED,
+                                 last_error=None)
+            return None
+        except TemporaryError as exc:
+            last_error = str(exc)
+        except FalconError as exc:
+            last_error = str(exc)
+            break
+        time.sleep(services.settings.poll_seconds)
+    with services.db() as session:
+        repo.update_pool(session, cluster.id, pool, services.clock(), last_error=last_error or "timed out")
+    return last_error or "timed out"
+
+
+def write_outcome(services: Services, task_id: str, outcome: Outcome) -> Outcome:
+    """Terminal status, compare-and-set: an abort that arrived meanwhile wins as Aborted."""
+    now = services.clock()
+    locale = services.settings.message_locale
+    with services.db() as session:
+        aborted = repo.update_task(session, task_id, [Status.ABORTING], now, status=Status.ABORTED, reason=None,
+                                   message=render(MessageKey.ABORTED, locale), aborted_at=now, finished_at=now)
+        if aborted:
+            outcome = Outcome(Status.ABORTED, None, render(MessageKey.ABORTED, locale))
+        else:
+            repo.update_task(session, task_id, [Status.PENDING, Status.RUNNING], now, status=outcome.status,
+                             reason=outcome.reason, message=outcome.message, finished_at=now)
+        repo.update_progress(session, task_id, now, phase=repo.Phase.DONE, lease_id=None)
+    return outcome

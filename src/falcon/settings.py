@@ -1,0 +1,78 @@
+"""All of Falcon's settings in one typed object, read from ``FALCON_*`` environment variables.
+
+Grouped by concern; every value has a default that runs the embedded local stack (SQLite file,
+local Prefect server, emulator). Secrets never live here: GCP credentials come from a Prefect
+``GcpCredentials`` block (empty = Application Default Credentials = Workload Identity).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, computed_field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from falcon.domain.messages import Locale
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FALCON_", extra="ignore")
+
+    # -- where things are
+    home: Path = Field(default=Path(".falcon"), description="local state: SQLite file, emulator data")
+    database_url: str | None = Field(default=None, description="SQLAlchemy URL; default: SQLite in home")
+    emulator_url: str | None = Field(
+        default=None, description="http://127.0.0.1:PORT: point GKE, Compute and Kubernetes clients here"
+    )
+    gcp_credentials_block: str | None = Field(
+        default=None, description="name of a prefect-gcp GcpCredentials block; unset = ADC"
+    )
+    message_locale: Locale = Locale.ZH
+
+    # -- dispatcher loop
+    tick_seconds: float = Field(default=0.5, gt=0, description="how often the dispatcher polls the job table")
+    reconcile_seconds: float = Field(default=2.0, gt=0, description="how often running Jobs are listed")
+    dispatcher_run_seconds: float = Field(
+        default=3540.0, gt=0, description="one dispatcher flow run loops this long, then the next run takes over"
+    )
+    intake_batch: int = Field(default=500, gt=0)
+
+    # -- queue slots (Prefect global concurrency limits)
+    slot_lease_seconds: int = Field(default=300, ge=60, le=86400)
+
+    # -- node pools
+    node_pool_timeout_seconds: int = Field(default=600, gt=0)
+    reservation_idle_seconds: int = Field(default=600, gt=0, description="scale-down delay, reservation pools")
+    flex_start_idle_seconds: int = Field(default=6 * 3600, gt=0, description="scale-down delay, flex-start")
+    kept_pool_grace_seconds: int = Field(default=120, gt=0, description="a kept pool nobody takes is deleted")
+    poll_seconds: float = Field(default=2.0, gt=0, description="poll interval for GKE operations and pods")
+    api_timeout_seconds: float = Field(default=30.0, gt=0)
+
+    # -- Jobs
+    gcs_mount_path: str = "/gcs"
+    job_service_account: str | None = Field(default=None, description="KSA with access to the log bucket")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.home / 'falcon.db').resolve()}"
+
+    @property
+    def reservation_idle(self) -> timedelta:
+        return timedelta(seconds=self.reservation_idle_seconds)
+
+    @property
+    def flex_start_idle(self) -> timedelta:
+        return timedelta(seconds=self.flex_start_idle_seconds)
+
+    @property
+    def kept_pool_grace(self) -> timedelta:
+        return timedelta(seconds=self.kept_pool_grace_seconds)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Settings of this process, read once; tests call ``get_settings.cache_clear()`` after changing env."""
+    return Settings()

@@ -1,0 +1,55 @@
+"""Shared fixtures: a database URL for SQLite and for a throwaway MariaDB, and the Prefect harness.
+
+MariaDB is started once per session by pytest-mysql (see shared/reference/mysql-in-tests.md for
+its quirks: root authenticates over the unix socket only). Each test gets a fresh schema.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from pytest_mysql import factories
+
+from falcon.adapters.db.migrate import upgrade
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # makes the top-level flows/ package importable in tests
+
+mysql_proc = factories.mysql_proc(
+    mysqld_exec=Path("/usr/sbin/mariadbd"), install_db="mariadb-install-db", admin_executable="mariadb-admin"
+)
+
+
+def mysql_url(proc: object, database: str) -> str:
+    return f"mysql+pymysql://root@localhost/{database}?unix_socket={proc.unixsocket}"  # type: ignore[attr-defined]
+
+
+@pytest.fixture(params=["sqlite", "mysql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A migrated, empty Falcon database: SQLite file, then a fresh MariaDB schema."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'falcon.db'}"
+    else:
+        proc = request.getfixturevalue("mysql_proc")
+        name = f"falcon_{uuid.uuid4().hex[:10]}"
+        admin = sa.create_engine(mysql_url(proc, "mysql"))
+        with admin.begin() as conn:
+            conn.execute(sa.text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"))
+        admin.dispose()
+        url = mysql_url(proc, name)
+    upgrade(url)
+    yield url
+
+
+@pytest.fixture(scope="session")
+def prefect_api() -> Iterator[None]:
+    """One ephemeral Prefect server for the whole session (starting one costs ~10 s)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

@@ -1,0 +1,105 @@
+"""The data layer on SQLite and on MariaDB: the job contract, compare-and-set writes, queues."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from falcon.adapters.db import repository as repo
+from falcon.adapters.db.migrate import downgrade, upgrade
+from falcon.adapters.db.session import session_scope
+from falcon.domain.model import QueueKey
+from falcon.domain.status import Reason, Status
+
+T0 = datetime(2026, 11, 29, 12, 0, 0, 123456, tzinfo=UTC)
+
+
+def _insert(url: str, task_id: str, actor: str = "alice", at: datetime = T0) -> None:
+    with session_scope(url) as s:
+        repo.insert_task(s, task_id=task_id, actor=actor, name=f"n-{task_id}", tpu_type="v6e",
+                         spec={"image": "i", "command": ["c"], "topology": "2x4", "note": "a:b"},
+                         timeout_seconds=60, now=at)
+
+
+def test_job_row_round_trips_json_and_microseconds(db_url: str) -> None:
+    _insert(db_url, "t1")
+    with session_scope(db_url) as s:
+        task = repo.get_task(s, "t1")
+    assert task is not None
+    assert task.spec["note"] == "a:b"
+    assert task.created_at == T0
+    assert task.status is Status.PENDING and task.reason is None
+
+
+def test_new_tasks_are_pending_without_reason_oldest_first(db_url: str) -> None:
+    _insert(db_url, "late", at=T0 + timedelta(seconds=5))
+    _insert(db_url, "early", at=T0)
+    with session_scope(db_url) as s:
+        assert [t.id for t in repo.new_tasks(s, 10)] == ["early", "late"]
+        repo.update_task(s, "early", [Status.PENDING], T0, reason=Reason.WAITING)
+    with session_scope(db_url) as s:
+        assert [t.id for t in repo.new_tasks(s, 10)] == ["late"]
+
+
+def test_compare_and_set_loses_to_an_upstream_abort(db_url: str) -> None:
+    _insert(db_url, "t1")
+    with session_scope(db_url) as s:
+        assert repo.update_task(s, "t1", [Status.PENDING, Status.RUNNING], T0, status=Status.ABORTING)
+    with session_scope(db_url) as s:
+        assert not repo.update_task(s, "t1", [Status.PENDING], T0, status=Status.RUNNING)
+        assert repo.get_task(s, "t1").status is Status.ABORTING  # type: ignore[union-attr]
+
+
+def test_waiting_tasks_are_grouped_by_queue_and_messages_written_only_when_changed(db_url: str) -> None:
+    queue = QueueKey("c1", "2x4")
+    for i, actor in enumerate(["alice", "bob"]):
+        _insert(db_url, f"t{i}", actor, T0 + timedelta(seconds=i))
+        with session_scope(db_url) as s:
+            repo.update_task(s, f"t{i}", [Status.PENDING], T0, reason=Reason.WAITING, cluster_id="c1")
+            repo.start_progress(s, f"t{i}", repo.Phase.WAITING, T0, queue)
+    with session_scope(db_url) as s:
+        waiting = repo.waiting_by_queue(s)
+        assert [w.task_id for w in waiting[queue]] == ["t0", "t1"]
+        assert repo.set_messages(s, {"t0": "m0", "t1": "m1"}, T0) == 2
+    with session_scope(db_url) as s:
+        assert repo.set_messages(s, {"t0": "m0", "t1": "changed"}, T0) == 1
+        assert repo.queue_lengths(s) == {queue: 2}
+
+
+def test_an_idle_pool_is_claimed_by_exactly_one_task(db_url: str) -> None:
+    queue = QueueKey("c1", "2x4")
+    pool = repo.NodePool("c1", "falcon-2x4-abc", "2x4", "ct6e-standard-4t", "reservation", "r",
+                         repo.PoolState.IDLE, None, T0)
+    with session_scope(db_url) as s:
+        repo.write_ahead_pool(s, pool, T0)
+    with session_scope(db_url) as s:
+        first = repo.claim_idle_pool(s, queue, "t1", T0)
+        second = repo.claim_idle_pool(s, queue, "t2", T0)
+    assert first is not None and first.holder_task_id == "t1" and first.state == repo.PoolState.IN_USE
+    assert second is None
+
+
+def test_rotation_state_survives_sessions(db_url: str) -> None:
+    queue = QueueKey("c1", "2x4")
+    with session_scope(db_url) as s:
+        repo.record_pick(s, queue, "alice", T0)
+    with session_scope(db_url) as s:
+        repo.record_pick(s, queue, "bob", T0)
+    with session_scope(db_url) as s:
+        assert repo.last_actors(s) == {queue: "bob"}
+
+
+def test_naive_datetimes_are_refused(db_url: str) -> None:
+    with pytest.raises(Exception, match="naive"), session_scope(db_url) as s:
+        repo.insert_task(s, task_id="x", actor="a", name="n", tpu_type="v6e", spec={}, timeout_seconds=None,
+                         now=datetime(2026, 1, 1))
+
+
+def test_migrations_go_down_to_base_and_up_again(db_url: str) -> None:
+    _insert(db_url, "kept")
+    downgrade(db_url, "base")
+    upgrade(db_url)
+    with session_scope(db_url) as s:
+        assert repo.get_task(s, "kept") is None  # base dropped everything; head recreated it empty
+        assert repo.list_clusters(s) == []
