@@ -105,7 +105,7 @@ def resolve_shape(tpu_type: str, topology: str) -> SliceShape:
     if chips == 1:
         return SliceShape(generation, topology, 1, 1, 1)
     if chips <= CHIPS_PER_MULTI_HOST_VM:
-        if chips != CHIPS_PER_MULTI_HOST_VM:
+        if dims not in ((2, 2), (2, 2, 1)):
             raise InvalidSpecError(f"topology {topology} ({chips} chips) is not a valid {tpu_type} slice")
         return SliceShape(generation, topology, chips, 1, chips)
     _check_multi_host_dims(generation, topology, dims)
