@@ -56,8 +56,18 @@ def cluster_add(
         if repo.find_cluster(session, name, project, location):
             typer.echo(f"cluster {project}/{location}/{name} is already registered")
             return
-        cluster = Cluster(str(uuid.uuid4()), name, project, location, tpu_type, gcs_bucket, reservation,
-                          status, namespace, reservation_zone)
+        cluster = Cluster(
+            str(uuid.uuid4()),
+            name,
+            project,
+            location,
+            tpu_type,
+            gcs_bucket,
+            reservation,
+            status,
+            namespace,
+            reservation_zone,
+        )
         repo.add_cluster(session, cluster, utc_now())
     typer.echo(f"registered {cluster.id} {project}/{location}/{name}")
 
@@ -66,8 +76,10 @@ def cluster_add(
 def cluster_list() -> None:
     with session_scope(_url()) as session:
         for c in repo.list_clusters(session):
-            typer.echo(f"{c.id}  {c.project}/{c.location}/{c.name}  {c.tpu_type}  {c.status.value}  "
-                       f"reservation={c.default_reservation or '-'}  bucket={c.gcs_bucket}")
+            typer.echo(
+                f"{c.id}  {c.project}/{c.location}/{c.name}  {c.tpu_type}  {c.status.value}  "
+                f"reservation={c.default_reservation or '-'}  bucket={c.gcs_bucket}"
+            )
 
 
 @task_app.command("submit")
@@ -87,8 +99,16 @@ def task_submit(
     spec = {"image": image, "command": command, "args": [], "env": pairs, "topology": topology}
     new_id = task_id or f"task-{uuid.uuid4().hex[:12]}"
     with session_scope(_url()) as session:
-        repo.insert_task(session, task_id=new_id, actor=actor, name=name, tpu_type=tpu_type, spec=spec,
-                         timeout_seconds=timeout, now=utc_now())
+        repo.insert_task(
+            session,
+            task_id=new_id,
+            actor=actor,
+            name=name,
+            tpu_type=tpu_type,
+            spec=spec,
+            timeout_seconds=timeout,
+            now=utc_now(),
+        )
     typer.echo(new_id)
 
 
@@ -97,7 +117,10 @@ def task_list(limit: int = 50) -> None:
     with session_scope(_url()) as session:
         tasks = repo.list_tasks(session, limit)
     for t in tasks:
-        typer.echo(f"{t.id:<24} {t.actor:<10} {t.name:<20} {t.status.value:<9} {(t.reason or ''):<20} {t.message or ''}")
+        reason = t.reason or ""
+        typer.echo(
+            f"{t.id:<24} {t.actor:<10} {t.name:<20} {t.status.value:<9} {reason:<20} {t.message or ''}"
+        )
 
 
 @task_app.command("show")
@@ -118,8 +141,15 @@ def task_abort(task_id: str) -> None:
     """Request an abort, as upstream does: status Aborting with aborting_at."""
     now = utc_now()
     with session_scope(_url()) as session:
-        moved = repo.update_task(session, task_id, [Status.PENDING, Status.RUNNING], now,
-                                 status=Status.ABORTING, reason=None, aborting_at=now)
+        moved = repo.update_task(
+            session,
+            task_id,
+            [Status.PENDING, Status.RUNNING],
+            now,
+            status=Status.ABORTING,
+            reason=None,
+            aborting_at=now,
+        )
     typer.echo("abort requested" if moved else f"task {task_id} is not active")
 
 

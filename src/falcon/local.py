@@ -14,12 +14,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
+from prefect import Flow
+from prefect.deployments.runner import RunnerDeployment
 
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.migrate import upgrade
@@ -46,13 +49,22 @@ def prefect_server(home: Path) -> Iterator[str]:
         yield os.environ["PREFECT_API_URL"]
         return
     port = free_port()
-    env = {**os.environ, "PREFECT_HOME": str(home.resolve()), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
-           "PREFECT_SERVER_API_PORT": str(port)}
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home.resolve()),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
+        "PREFECT_SERVER_API_PORT": str(port),
+    }
     home.mkdir(parents=True, exist_ok=True)
     log = (home / "server.log").open("ab")
-    proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--port", str(port)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}/api"
     try:
         _wait_healthy(url, proc)
@@ -96,20 +108,28 @@ def serve_deployments() -> None:
     from prefect.flows import load_flow_from_entrypoint
 
     os.chdir(PROJECT_DIR)
-    dispatcher = load_flow_from_entrypoint("flows/dispatcher.py:dispatcher")
-    lifecycle = load_flow_from_entrypoint("flows/lifecycle.py:task_lifecycle")
-    release = load_flow_from_entrypoint("flows/lifecycle.py:task_release")
+    dispatcher: Flow[..., Any] = load_flow_from_entrypoint("flows/dispatcher.py:dispatcher")
+    lifecycle: Flow[..., Any] = load_flow_from_entrypoint("flows/lifecycle.py:task_lifecycle")
+    release: Flow[..., Any] = load_flow_from_entrypoint("flows/lifecycle.py:task_release")
     threading.Thread(target=_start_dispatcher_now, daemon=True).start()
     serve(
-        dispatcher.to_deployment(
-            "dispatcher", interval=DISPATCHER_INTERVAL,
+        _sync(dispatcher.to_deployment)(
+            "dispatcher",
+            interval=DISPATCHER_INTERVAL,
             parameters={"run_seconds": DISPATCHER_INTERVAL.total_seconds() - 2},
-            concurrency_limit=ConcurrencyLimitConfig(limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW),
+            concurrency_limit=ConcurrencyLimitConfig(
+                limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW
+            ),
         ),
-        lifecycle.to_deployment("task-lifecycle"),
-        release.to_deployment("task-release"),
+        _sync(lifecycle.to_deployment)("task-lifecycle"),
+        _sync(release.to_deployment)("task-release"),
         limit=int(os.environ.get("FALCON_RUNNER_LIMIT", "25")),
     )
+
+
+def _sync(method: Callable[..., Any]) -> Callable[..., RunnerDeployment]:
+    """Prefect's to_deployment is async-dispatched; called from sync code it returns the value."""
+    return cast(Callable[..., RunnerDeployment], method)
 
 
 def _start_dispatcher_now() -> None:
@@ -118,8 +138,12 @@ def _start_dispatcher_now() -> None:
 
     for _ in range(120):
         try:
-            run_deployment("dispatcher/dispatcher", timeout=0, as_subflow=False,
-                           parameters={"run_seconds": DISPATCHER_INTERVAL.total_seconds() - 2})
+            run_deployment(
+                "dispatcher/dispatcher",
+                timeout=0,
+                as_subflow=False,
+                parameters={"run_seconds": DISPATCHER_INTERVAL.total_seconds() - 2},
+            )
             return
         except Exception:
             time.sleep(1)
@@ -142,8 +166,14 @@ DEMO_CLUSTERS = [
     ("edge-a", "tpu-project-a", "us-east5", "res-v6e", "us-east5-b", "falcon-demo-logs-a"),
     ("edge-b", "tpu-project-b", "us-central1", None, None, "falcon-demo-logs-b"),
 ]
-DEMO_TASKS = [("alice", "profiling-v6e", "2x4"), ("bob", "benchmark-v6e", "2x4"), ("carol", "accuracy-v6e", "2x2"),
-              ("alice", "train-v6e", "2x2"), ("bob", "sweep-v6e", "4x4"), ("carol", "eval-v6e", "2x4")]
+DEMO_TASKS = [
+    ("alice", "profiling-v6e", "2x4"),
+    ("bob", "benchmark-v6e", "2x4"),
+    ("carol", "accuracy-v6e", "2x2"),
+    ("alice", "train-v6e", "2x2"),
+    ("bob", "sweep-v6e", "4x4"),
+    ("carol", "eval-v6e", "2x4"),
+]
 
 
 def run_demo(keep_running: bool, count: int) -> int:
@@ -164,7 +194,9 @@ def run_demo(keep_running: bool, count: int) -> int:
         print(f"Prefect UI: {url.removesuffix('/api')}   emulator: {emu}", flush=True)
         print(f"watch progress: FALCON_HOME={home} falcon task list", flush=True)
         ok = _wait_for(ids, runner, timeout=600)
-        print(f"all tasks finished in {time.monotonic() - started:.1f}s; logs under {home / 'emulator' / 'gcs'}")
+        print(
+            f"all tasks finished in {time.monotonic() - started:.1f}s; logs under {home / 'emulator' / 'gcs'}"
+        )
         if keep_running:
             print("stack stays up; Ctrl-C to stop", flush=True)
             _sleep_until_interrupted()
@@ -175,16 +207,35 @@ def _register_demo_clusters() -> None:
     with session_scope(get_settings().resolved_database_url) as session:
         for i, (name, project, location, reservation, zone, bucket) in enumerate(DEMO_CLUSTERS):
             if repo.find_cluster(session, name, project, location) is None:
-                repo.add_cluster(session, Cluster(f"00000000-0000-0000-0000-00000000000{i + 1}", name, project,
-                                                  location, "v6e", bucket, reservation, ClusterStatus.ACTIVE,
-                                                  "falcon-jobs", zone), utc_now())
+                repo.add_cluster(
+                    session,
+                    Cluster(
+                        f"00000000-0000-0000-0000-00000000000{i + 1}",
+                        name,
+                        project,
+                        location,
+                        "v6e",
+                        bucket,
+                        reservation,
+                        ClusterStatus.ACTIVE,
+                        "falcon-jobs",
+                        zone,
+                    ),
+                    utc_now(),
+                )
 
 
 @contextmanager
 def _local_subprocess(home: Path) -> Iterator[subprocess.Popen[bytes]]:
     log = (home / "local.log").open("ab")
-    proc = subprocess.Popen([sys.executable, "-m", "falcon.cli", "local"], env={**os.environ},
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=PROJECT_DIR)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "falcon.cli", "local"],
+        env={**os.environ},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=PROJECT_DIR,
+    )
     try:
         yield proc
     finally:
@@ -202,10 +253,23 @@ def _submit_demo_tasks(count: int) -> list[str]:
         for i in range(count):
             actor, name, topology = DEMO_TASKS[i % len(DEMO_TASKS)]
             task_id = f"demo-{i + 1:03d}"
-            spec = {"image": "us-docker.pkg.dev/demo/trainer:latest", "command": ["python", "-u", "run.py"],
-                    "args": ["--steps", "10"], "env": {"EMULATOR_RUN_SECONDS": "3"}, "topology": topology}
-            repo.insert_task(session, task_id=task_id, actor=actor, name=name, tpu_type="v6e", spec=spec,
-                             timeout_seconds=900, now=utc_now())
+            spec = {
+                "image": "us-docker.pkg.dev/demo/trainer:latest",
+                "command": ["python", "-u", "run.py"],
+                "args": ["--steps", "10"],
+                "env": {"EMULATOR_RUN_SECONDS": "3"},
+                "topology": topology,
+            }
+            repo.insert_task(
+                session,
+                task_id=task_id,
+                actor=actor,
+                name=name,
+                tpu_type="v6e",
+                spec=spec,
+                timeout_seconds=900,
+                now=utc_now(),
+            )
             ids.append(task_id)
     return ids
 
@@ -215,8 +279,10 @@ def _wait_for(ids: list[str], runner: subprocess.Popen[bytes], timeout: float) -
     while time.monotonic() < deadline and runner.poll() is None:
         with session_scope(get_settings().resolved_database_url) as session:
             tasks = [t for t in (repo.get_task(session, i) for i in ids) if t]
-        table = "\n".join(f"  {t.id}  {t.actor:<6} {t.status.value:<9} {t.reason or '':<21} {t.message or ''}"
-                          for t in tasks)
+        table = "\n".join(
+            f"  {t.id}  {t.actor:<6} {t.status.value:<9} {t.reason or '':<21} {t.message or ''}"
+            for t in tasks
+        )
         if table != shown:
             print(table + "\n", flush=True)
             shown = table

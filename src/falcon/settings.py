@@ -35,7 +35,9 @@ class Settings(BaseSettings):
     tick_seconds: float = Field(default=0.5, gt=0, description="how often the dispatcher polls the job table")
     reconcile_seconds: float = Field(default=2.0, gt=0, description="how often running Jobs are listed")
     dispatcher_run_seconds: float = Field(
-        default=3540.0, gt=0, description="one dispatcher flow run loops this long, then the next run takes over"
+        default=3540.0,
+        gt=0,
+        description="one dispatcher flow run loops this long, then the next run takes over",
     )
     intake_batch: int = Field(default=500, gt=0)
 
@@ -44,7 +46,9 @@ class Settings(BaseSettings):
 
     # -- node pools
     node_pool_timeout_seconds: int = Field(default=600, gt=0)
-    reservation_idle_seconds: int = Field(default=600, gt=0, description="scale-down delay, reservation pools")
+    reservation_idle_seconds: int = Field(
+        default=600, gt=0, description="scale-down delay, reservation pools"
+    )
     flex_start_idle_seconds: int = Field(default=6 * 3600, gt=0, description="scale-down delay, flex-start")
     kept_pool_grace_seconds: int = Field(default=120, gt=0, description="a kept pool nobody takes is deleted")
     poll_seconds: float = Field(default=2.0, gt=0, description="poll interval for GKE operations and pods")

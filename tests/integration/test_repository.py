@@ -17,9 +17,16 @@ T0 = datetime(2026, 11, 29, 12, 0, 0, 123456, tzinfo=UTC)
 
 def _insert(url: str, task_id: str, actor: str = "alice", at: datetime = T0) -> None:
     with session_scope(url) as s:
-        repo.insert_task(s, task_id=task_id, actor=actor, name=f"n-{task_id}", tpu_type="v6e",
-                         spec={"image": "i", "command": ["c"], "topology": "2x4", "note": "a:b"},
-                         timeout_seconds=60, now=at)
+        repo.insert_task(
+            s,
+            task_id=task_id,
+            actor=actor,
+            name=f"n-{task_id}",
+            tpu_type="v6e",
+            spec={"image": "i", "command": ["c"], "topology": "2x4", "note": "a:b"},
+            timeout_seconds=60,
+            now=at,
+        )
 
 
 def test_job_row_round_trips_json_and_microseconds(db_url: str) -> None:
@@ -69,8 +76,9 @@ def test_waiting_tasks_are_grouped_by_queue_and_messages_written_only_when_chang
 
 def test_an_idle_pool_is_claimed_by_exactly_one_task(db_url: str) -> None:
     queue = QueueKey("c1", "2x4")
-    pool = repo.NodePool("c1", "falcon-2x4-abc", "2x4", "ct6e-standard-4t", "reservation", "r",
-                         repo.PoolState.IDLE, None, T0)
+    pool = repo.NodePool(
+        "c1", "falcon-2x4-abc", "2x4", "ct6e-standard-4t", "reservation", "r", repo.PoolState.IDLE, None, T0
+    )
     with session_scope(db_url) as s:
         repo.write_ahead_pool(s, pool, T0)
     with session_scope(db_url) as s:
@@ -92,8 +100,16 @@ def test_rotation_state_survives_sessions(db_url: str) -> None:
 
 def test_naive_datetimes_are_refused(db_url: str) -> None:
     with pytest.raises(Exception, match="naive"), session_scope(db_url) as s:
-        repo.insert_task(s, task_id="x", actor="a", name="n", tpu_type="v6e", spec={}, timeout_seconds=None,
-                         now=datetime(2026, 1, 1))
+        repo.insert_task(
+            s,
+            task_id="x",
+            actor="a",
+            name="n",
+            tpu_type="v6e",
+            spec={},
+            timeout_seconds=None,
+            now=datetime(2026, 1, 1),
+        )
 
 
 def test_migrations_go_down_to_base_and_up_again(db_url: str) -> None:

@@ -33,8 +33,8 @@ def google_credentials(settings: Settings) -> Credentials:
 
         block = GcpCredentials.load(settings.gcp_credentials_block)
         return block.get_credentials_from_service_account()  # type: ignore[no-any-return]
-    credentials, _ = google.auth.default(scopes=SCOPES)  # type: ignore[no-untyped-call]
-    return credentials  # type: ignore[no-any-return]
+    credentials, _ = google.auth.default(scopes=SCOPES)
+    return credentials
 
 
 def _client_options(settings: Settings) -> dict[str, str]:
@@ -62,7 +62,7 @@ class _TokenSource:
     def header(self) -> str:
         with self._lock:
             if not self._credentials.valid:
-                self._credentials.refresh(self._request)
+                self._credentials.refresh(self._request)  # type: ignore[no-untyped-call]
             return f"Bearer {self._credentials.token}"
 
 
@@ -83,5 +83,5 @@ def kubernetes_client(
     def refresh(cfg: Any) -> None:  # runs before every request
         cfg.api_key["authorization"] = tokens.header()
 
-    config.refresh_api_key_hook = refresh
+    config.refresh_api_key_hook = refresh  # type: ignore[assignment]
     return k8s.ApiClient(config)

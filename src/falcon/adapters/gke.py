@@ -54,7 +54,9 @@ class GkeNodePools:
 
     def get(self, cluster: Cluster, name: str) -> PoolStatus:
         with google_errors(f"get node pool {name}"):
-            pool = self._client.get_node_pool(name=f"{cluster_path(cluster)}/nodePools/{name}", timeout=self._timeout)
+            pool = self._client.get_node_pool(
+                name=f"{cluster_path(cluster)}/nodePools/{name}", timeout=self._timeout
+            )
         detail = pool.status_message or "; ".join(c.message for c in pool.conditions)
         return PoolStatus(pool.name, container_v1.NodePool.Status(pool.status).name, detail)
 
@@ -127,9 +129,9 @@ def to_node_pool(plan: NodePoolPlan) -> container_v1.NodePool:
     if plan.zone:
         pool.locations = [plan.zone]
     if shape.placement is Placement.TPU_TOPOLOGY:
-        pool.placement_policy = container_v1.PlacementPolicy(
-            type_=container_v1.PlacementPolicy.Type.COMPACT, tpu_topology=shape.topology
+        pool.placement_policy = container_v1.NodePool.PlacementPolicy(
+            type_=container_v1.NodePool.PlacementPolicy.Type.COMPACT, tpu_topology=shape.topology
         )
     elif shape.placement is Placement.WORKLOAD_POLICY:
-        pool.placement_policy = container_v1.PlacementPolicy(policy_name=plan.workload_policy)
+        pool.placement_policy = container_v1.NodePool.PlacementPolicy(policy_name=plan.workload_policy)
     return pool

@@ -58,7 +58,7 @@ class KubernetesJobs:
         self._timeout = timeout
 
     def ensure_namespace(self, namespace: str) -> None:
-        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+        body = k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace))
         try:
             with kubernetes_errors(f"create namespace {namespace}"):
                 self._core.create_namespace(body, _request_timeout=self._timeout)
@@ -68,8 +68,13 @@ class KubernetesJobs:
     def create_job(self, namespace: str, manifest: dict[str, Any]) -> str:
         """Create the Job and return its uid; ConflictError if a Job of that name exists."""
         with kubernetes_errors(f"create Job {manifest['metadata']['name']}"):
-            created = self._batch.create_namespaced_job(namespace, manifest, _request_timeout=self._timeout)
-        return str(created.metadata.uid)
+            # The manifest stays a plain dict (rendered by the pure core); the client serialises it.
+            created = self._batch.create_namespaced_job(
+                namespace,
+                manifest,  # type: ignore[arg-type]
+                _request_timeout=self._timeout,
+            )
+        return str(created.metadata.uid if created.metadata else "")
 
     def get_job(self, namespace: str, name: str) -> JobState:
         with kubernetes_errors(f"get Job {name}"):
@@ -93,7 +98,9 @@ class KubernetesJobs:
     def job_pods(self, namespace: str, job_name: str) -> list[PodState]:
         with kubernetes_errors(f"list pods of Job {job_name}"):
             found = self._core.list_namespaced_pod(
-                namespace, label_selector=f"batch.kubernetes.io/job-name={job_name}", _request_timeout=self._timeout
+                namespace,
+                label_selector=f"batch.kubernetes.io/job-name={job_name}",
+                _request_timeout=self._timeout,
             )
         return [_pod_state(p) for p in found.items]
 

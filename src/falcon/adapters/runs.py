@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -25,16 +26,22 @@ class DeploymentLauncher:
 
     def start_acquire(self, task_id: str, lease_id: str, attempt: int) -> str:
         run = run_deployment(
-            ACQUIRE_DEPLOYMENT, parameters={"task_id": task_id, "lease_id": lease_id}, timeout=0,
-            idempotency_key=f"acquire-{task_id}-{attempt}", as_subflow=self._as_subflow,
+            ACQUIRE_DEPLOYMENT,
+            parameters={"task_id": task_id, "lease_id": lease_id},
+            timeout=0,
+            idempotency_key=f"acquire-{task_id}-{attempt}",
+            as_subflow=self._as_subflow,
             flow_run_name=f"acquire-{task_id}-{attempt}",
         )
         return str(run.id)  # type: ignore[union-attr]
 
     def start_release(self, task_id: str, attempt: int) -> str:
         run = run_deployment(
-            RELEASE_DEPLOYMENT, parameters={"task_id": task_id}, timeout=0,
-            idempotency_key=f"release-{task_id}-{attempt}", as_subflow=self._as_subflow,
+            RELEASE_DEPLOYMENT,
+            parameters={"task_id": task_id},
+            timeout=0,
+            idempotency_key=f"release-{task_id}-{attempt}",
+            as_subflow=self._as_subflow,
             flow_run_name=f"release-{task_id}-{attempt}",
         )
         return str(run.id)  # type: ignore[union-attr]
@@ -54,17 +61,18 @@ class InProcessLauncher:
 
     def _start(self, key: str, target: Callable[..., Any], **kwargs: Any) -> str:
         if key not in self._threads:
-            thread = threading.Thread(target=self._quietly, args=(target,), kwargs=kwargs, daemon=True, name=key)
+            thread = threading.Thread(
+                target=self._quietly, args=(target,), kwargs=kwargs, daemon=True, name=key
+            )
             self._threads[key] = thread
             thread.start()
         return key
 
     @staticmethod
     def _quietly(target: Callable[..., Any], **kwargs: Any) -> None:
-        try:
+        # The flow run records its own failure; the dispatcher restarts it.
+        with contextlib.suppress(Exception):
             target(**kwargs)
-        except Exception:  # the flow run records its own failure; the dispatcher restarts it
-            pass
 
     def start_acquire(self, task_id: str, lease_id: str, attempt: int) -> str:
         return self._start(f"acquire-{task_id}-{attempt}", self._acquire, task_id=task_id, lease_id=lease_id)

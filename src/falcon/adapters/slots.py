@@ -23,7 +23,9 @@ def ensure_limit(name: str) -> None:
         try:
             found = client.read_global_concurrency_limit_by_name(name)
             if found.limit != 1 or not found.active:
-                client.update_global_concurrency_limit(name, GlobalConcurrencyLimitUpdate(limit=1, active=True))
+                client.update_global_concurrency_limit(
+                    name, GlobalConcurrencyLimitUpdate(limit=1, active=True)
+                )
         except ObjectNotFound:
             client.upsert_global_concurrency_limit_by_name(name, limit=1)
 

@@ -98,7 +98,10 @@ def _pod_spec(spec: TaskSpec, target: JobTarget) -> dict[str, Any]:
                 "csi": {
                     "driver": GCSFUSE_DRIVER,
                     "readOnly": False,
-                    "volumeAttributes": {"bucketName": target.cluster.gcs_bucket, "mountOptions": "implicit-dirs"},
+                    "volumeAttributes": {
+                        "bucketName": target.cluster.gcs_bucket,
+                        "mountOptions": "implicit-dirs",
+                    },
                 },
             }
         ],

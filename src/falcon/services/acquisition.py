@@ -15,9 +15,9 @@ from falcon.adapters.db import repository as repo
 from falcon.domain.errors import ConflictError, FalconError, NotFoundError, PermanentError, TemporaryError
 from falcon.domain.job_manifest import JobTarget, render_job
 from falcon.domain.messages import MessageKey, render
-from falcon.domain.model import QueueKey, k8s_job_name_for, node_pool_name_for
+from falcon.domain.model import ProvisioningMode, QueueKey, k8s_job_name_for, node_pool_name_for
 from falcon.domain.node_pools import NodePoolPlan
-from falcon.domain.scheduling import ProvisioningDecision, ReservationCapacity, decide_provisioning
+from falcon.domain.scheduling import ProvisioningDecision, decide_provisioning
 from falcon.domain.status import Reason, Status
 from falcon.services.context import Outcome, Services, TaskEnded, TaskView
 
@@ -49,33 +49,63 @@ def provision(services: Services, view: TaskView) -> str:
     task, queue = view.task, QueueKey(view.cluster.id, view.shape.topology)
     now = services.clock()
     with services.db() as session:
-        held = task.node_pool_name and repo.get_pool(session, view.cluster.id, task.node_pool_name)
-        if held and held.holder_task_id == task.id and held.state in (repo.PoolState.IN_USE, repo.PoolState.CREATING):
-            return held.name  # resumed after a crash: this task already has its pool
-        reused = repo.claim_idle_pool(session, queue, task.id, now)
-        if reused:
-            message = _message(services, MessageKey.PROVISIONING_REUSE, pool=reused.name)
-            repo.update_task(session, task.id, [Status.PENDING], now, node_pool_name=reused.name,
-                             reason=Reason.PROVISIONING, message=message)
-            return reused.name
-    decision = _decide(services, view)
-    plan = NodePoolPlan(
-        name=node_pool_name_for(task.id, view.shape.topology),
+        held = repo.get_pool(session, view.cluster.id, task.node_pool_name) if task.node_pool_name else None
+        if held is None or held.holder_task_id != task.id:
+            held = repo.claim_idle_pool(session, queue, task.id, now)
+            if held is not None:
+                message = _message(services, MessageKey.PROVISIONING_REUSE, pool=held.name)
+                repo.update_task(
+                    session,
+                    task.id,
+                    [Status.PENDING],
+                    now,
+                    node_pool_name=held.name,
+                    reason=Reason.PROVISIONING,
+                    message=message,
+                )
+    if held is not None and held.state == repo.PoolState.IN_USE:
+        return held.name  # reused, or resumed after the pool was already ready
+    if held is not None:  # resumed after a crash or retry: the create may never have reached GKE
+        plan = _plan(services, view, ProvisioningMode(held.mode), held.reservation)
+    else:
+        decision = _decide(services, view)
+        plan = _plan(services, view, decision.mode, decision.reservation)
+        _write_ahead(services, view, plan, decision)
+    _create(services, view, plan, now)
+    return plan.name
+
+
+def _plan(
+    services: Services, view: TaskView, mode: ProvisioningMode, reservation: str | None
+) -> NodePoolPlan:
+    settings = services.settings
+    delay = settings.reservation_idle if mode is ProvisioningMode.RESERVATION else settings.flex_start_idle
+    return NodePoolPlan(
+        name=node_pool_name_for(view.task.id, view.shape.topology),
         shape=view.shape,
-        mode=decision.mode,
-        reservation=decision.reservation,
-        scale_down_delay=decision.scale_down_delay,
+        mode=mode,
+        reservation=reservation,
+        scale_down_delay=delay,
         zone=view.cluster.reservation_zone,
     )
-    _write_ahead(services, view, plan, decision)
-    try:
-        services.gateways.node_pools.create(view.cluster, plan)
-    except ConflictError:
-        pass  # created by an earlier attempt of this same task
-    except PermanentError as exc:
-        raise TaskEnded(Outcome(Status.FAILED, Reason.NODE_POOL_FAILED,
-                                _message(services, MessageKey.NODE_POOL_FAILED, detail=exc))) from exc
-    return plan.name
+
+
+def _create(services: Services, view: TaskView, plan: NodePoolPlan, started: datetime) -> None:
+    """Create the pool, waiting out GKE's one-operation-at-a-time rule until the deadline."""
+    deadline = started + timedelta(seconds=services.settings.node_pool_timeout_seconds)
+    while True:
+        try:
+            services.gateways.node_pools.create(view.cluster, plan)
+            return
+        except ConflictError:
+            return  # created by an earlier attempt of this same task
+        except TemporaryError as exc:
+            if services.clock() >= deadline:
+                raise _timeout(services, f"GKE kept refusing: {exc}") from exc
+            ensure_active(services, view.task.id)
+            time.sleep(min(exc.delay or services.settings.poll_seconds, 10.0))
+        except PermanentError as exc:
+            raise _pool_failed(services, str(exc)) from exc
 
 
 def _decide(services: Services, view: TaskView) -> ProvisioningDecision:
@@ -88,12 +118,18 @@ def _decide(services: Services, view: TaskView) -> ProvisioningDecision:
         except FalconError:
             capacity = None  # unreadable: treated as short, so the task still gets capacity
     return decide_provisioning(
-        view.shape.nodes, None, cluster.default_reservation, capacity,
-        services.settings.reservation_idle, services.settings.flex_start_idle,
+        view.shape.nodes,
+        None,
+        cluster.default_reservation,
+        capacity,
+        services.settings.reservation_idle,
+        services.settings.flex_start_idle,
     )
 
 
-def _write_ahead(services: Services, view: TaskView, plan: NodePoolPlan, decision: ProvisioningDecision) -> None:
+def _write_ahead(
+    services: Services, view: TaskView, plan: NodePoolPlan, decision: ProvisioningDecision
+) -> None:
     if decision.reason is Reason.PROVISIONING_FALLBACK:
         message = _message(services, MessageKey.PROVISIONING_FALLBACK)
     elif decision.reservation:
@@ -101,9 +137,15 @@ def _write_ahead(services: Services, view: TaskView, plan: NodePoolPlan, decisio
     else:
         message = _message(services, MessageKey.PROVISIONING_FLEX_START)
     pool = repo.NodePool(
-        cluster_id=view.cluster.id, name=plan.name, topology=view.shape.topology,
-        machine_type=view.shape.machine_type, mode=plan.mode.value, reservation=plan.reservation,
-        state=repo.PoolState.CREATING, holder_task_id=view.task.id, idle_since=None,
+        cluster_id=view.cluster.id,
+        name=plan.name,
+        topology=view.shape.topology,
+        machine_type=view.shape.machine_type,
+        mode=plan.mode.value,
+        reservation=plan.reservation,
+        state=repo.PoolState.CREATING,
+        holder_task_id=view.task.id,
+        idle_since=None,
     )
     with services.db() as session:
         repo.write_ahead_pool(session, pool, services.clock())
@@ -122,30 +164,49 @@ def wait_pool_ready(services: Services, view: TaskView, pool_name: str, started:
             status = None
         if status and status.status in _READY:
             with services.db() as session:
-                repo.update_pool(session, view.cluster.id, pool_name, services.clock(), state=repo.PoolState.IN_USE)
+                repo.update_pool(
+                    session, view.cluster.id, pool_name, services.clock(), state=repo.PoolState.IN_USE
+                )
             return
         if status and status.status in _BROKEN:
             raise _pool_failed(services, status.detail or status.status)
         if services.clock() >= deadline:
-            minutes = services.settings.node_pool_timeout_seconds // 60
-            detail = f"node pool {pool_name} still {status.status if status else 'unknown'}"
-            raise TaskEnded(Outcome(Status.FAILED, Reason.NODE_POOL_TIMEOUT,
-                                    _message(services, MessageKey.NODE_POOL_TIMEOUT, minutes=minutes, detail=detail)))
+            raise _timeout(services, f"node pool {pool_name} still {status.status if status else 'unknown'}")
         time.sleep(services.settings.poll_seconds)
 
 
+def _timeout(services: Services, detail: str) -> TaskEnded:
+    minutes = services.settings.node_pool_timeout_seconds // 60
+    message = _message(services, MessageKey.NODE_POOL_TIMEOUT, minutes=minutes, detail=detail)
+    return TaskEnded(Outcome(Status.FAILED, Reason.NODE_POOL_TIMEOUT, message))
+
+
 def _pool_failed(services: Services, detail: str) -> TaskEnded:
-    return TaskEnded(Outcome(Status.FAILED, Reason.NODE_POOL_FAILED,
-                             _message(services, MessageKey.NODE_POOL_FAILED, detail=detail)))
+    return TaskEnded(
+        Outcome(
+            Status.FAILED,
+            Reason.NODE_POOL_FAILED,
+            _message(services, MessageKey.NODE_POOL_FAILED, detail=detail),
+        )
+    )
 
 
 def dispatch(services: Services, view: TaskView, pool_name: str) -> str:
     """Submit the task's Job (or find the one an earlier attempt submitted); returns its name."""
     task = view.task
     job_name = k8s_job_name_for(task.id)
-    _update_pending(services, task.id, reason=Reason.DISPATCHING, message=_message(services, MessageKey.DISPATCHING))
-    target = JobTarget(task.id, job_name, pool_name, view.cluster, view.shape,
-                       services.settings.gcs_mount_path, services.settings.job_service_account)
+    _update_pending(
+        services, task.id, reason=Reason.DISPATCHING, message=_message(services, MessageKey.DISPATCHING)
+    )
+    target = JobTarget(
+        task.id,
+        job_name,
+        pool_name,
+        view.cluster,
+        view.shape,
+        services.settings.gcs_mount_path,
+        services.settings.job_service_account,
+    )
     jobs = services.gateways.jobs(view.cluster)
     try:
         jobs.ensure_namespace(view.cluster.namespace)
@@ -153,12 +214,23 @@ def dispatch(services: Services, view: TaskView, pool_name: str) -> str:
     except ConflictError:
         uid = jobs.get_job(view.cluster.namespace, job_name).uid
     except PermanentError as exc:
-        raise TaskEnded(Outcome(Status.FAILED, Reason.JOB_SUBMIT_FAILED,
-                                _message(services, MessageKey.JOB_SUBMIT_FAILED, detail=exc))) from exc
+        raise TaskEnded(
+            Outcome(
+                Status.FAILED,
+                Reason.JOB_SUBMIT_FAILED,
+                _message(services, MessageKey.JOB_SUBMIT_FAILED, detail=exc),
+            )
+        ) from exc
     now = services.clock()
     pending = _message(services, MessageKey.PODS_PENDING, running=0, total=view.shape.nodes, detail="")
-    _update_pending(services, task.id, k8s_job_name=job_name, job_uid=uid,
-                    dispatched_at=task.dispatched_at or now, message=pending)
+    _update_pending(
+        services,
+        task.id,
+        k8s_job_name=job_name,
+        job_uid=uid,
+        dispatched_at=task.dispatched_at or now,
+        message=pending,
+    )
     return job_name
 
 
@@ -177,13 +249,22 @@ def wait_pods_running(services: Services, view: TaskView, job_name: str) -> int:
         running = sum(1 for p in pods if p.phase == "Running")
         if job.failed_condition:
             detail = "; ".join(p.describe() for p in pods if p.terminated) or job.failed_condition
-            raise TaskEnded(Outcome(Status.FAILED, Reason.JOB_FAILED, _message(services, MessageKey.JOB_FAILED, detail=detail)))
+            raise TaskEnded(
+                Outcome(
+                    Status.FAILED, Reason.JOB_FAILED, _message(services, MessageKey.JOB_FAILED, detail=detail)
+                )
+            )
         if running >= total or job.complete:
             return running
         _check_timeout(services, view)
         stuck = next((p.describe() for p in pods if p.waiting_reason or p.unschedulable), "")
-        message = _message(services, MessageKey.PODS_PENDING, running=running, total=total,
-                           detail=f": {stuck}" if stuck else "")
+        message = _message(
+            services,
+            MessageKey.PODS_PENDING,
+            running=running,
+            total=total,
+            detail=f": {stuck}" if stuck else "",
+        )
         _update_pending(services, view.task.id, message=message)
         time.sleep(services.settings.poll_seconds)
 
@@ -192,8 +273,13 @@ def _check_timeout(services: Services, view: TaskView) -> None:
     with services.db() as session:
         task = repo.get_task(session, view.task.id)
     if task and timed_out(task.dispatched_at, task.timeout_seconds, services.clock()):
-        raise TaskEnded(Outcome(Status.FAILED, Reason.TIMEOUT,
-                                _message(services, MessageKey.TIMEOUT, seconds=task.timeout_seconds)))
+        raise TaskEnded(
+            Outcome(
+                Status.FAILED,
+                Reason.TIMEOUT,
+                _message(services, MessageKey.TIMEOUT, seconds=task.timeout_seconds),
+            )
+        )
 
 
 def timed_out(dispatched_at: datetime | None, timeout_seconds: int | None, now: datetime) -> bool:
@@ -208,10 +294,12 @@ def mark_running(services: Services, view: TaskView, running: int) -> None:
     message = _message(services, MessageKey.RUNNING, active=running, total=view.shape.nodes)
     now = services.clock()
     with services.db() as session:
-        moved = repo.update_task(session, view.task.id, [Status.PENDING], now,
-                                 status=Status.RUNNING, reason=None, message=message)
+        moved = repo.update_task(
+            session, view.task.id, [Status.PENDING], now, status=Status.RUNNING, reason=None, message=message
+        )
         if moved:
-            repo.update_progress(session, view.task.id, now, [repo.Phase.ACQUIRING],
-                                 phase=repo.Phase.RUNNING, lease_id=None)
+            repo.update_progress(
+                session, view.task.id, now, [repo.Phase.ACQUIRING], phase=repo.Phase.RUNNING, lease_id=None
+            )
     if not moved:
         ensure_active(services, view.task.id)

@@ -51,8 +51,9 @@ class Dispatcher:
         for pick in picks:
             run = self.launcher.start_acquire(pick.task_id, pick.lease_id, pick.attempt)
             with self.services.db() as session:
-                repo.update_progress(session, pick.task_id, self.services.clock(), [repo.Phase.ACQUIRING],
-                                     acquire_run_id=run)
+                repo.update_progress(
+                    session, pick.task_id, self.services.clock(), [repo.Phase.ACQUIRING], acquire_run_id=run
+                )
         if time.monotonic() - self._last_reconcile >= settings.reconcile_seconds:
             self._last_reconcile = time.monotonic()
             self._reconcile(report)

@@ -45,7 +45,9 @@ def take_in(session: Session, now: datetime, locale: Locale, batch: int) -> Inta
         try:
             spec = validate(task)
         except InvalidSpecError as exc:
-            _fail(session, task, Reason.INVALID_SPEC, render(MessageKey.INVALID_SPEC, locale, detail=exc), now)
+            _fail(
+                session, task, Reason.INVALID_SPEC, render(MessageKey.INVALID_SPEC, locale, detail=exc), now
+            )
             report.failed.append(task.id)
             continue
         cluster = choose_cluster(task.tpu_type, spec.topology, loads)
@@ -66,7 +68,14 @@ def take_in(session: Session, now: datetime, locale: Locale, batch: int) -> Inta
 
 def _fail(session: Session, task: Task, reason: Reason, message: str, now: datetime) -> None:
     if repo.update_task(
-        session, task.id, [Status.PENDING], now, status=Status.FAILED, reason=reason, message=message, finished_at=now
+        session,
+        task.id,
+        [Status.PENDING],
+        now,
+        status=Status.FAILED,
+        reason=reason,
+        message=message,
+        finished_at=now,
     ):
         repo.start_progress(session, task.id, repo.Phase.DONE, now)
 
@@ -79,9 +88,7 @@ def _cluster_loads(session: Session) -> list[ClusterLoad]:
     per_cluster: dict[str, dict[str, int]] = defaultdict(dict)
     for queue, n in lengths.items():
         per_cluster[queue.cluster_id][queue.topology] = n
-    return [
-        ClusterLoad(c, frozenset(idle[c.id]), per_cluster[c.id]) for c in repo.list_clusters(session)
-    ]
+    return [ClusterLoad(c, frozenset(idle[c.id]), per_cluster[c.id]) for c in repo.list_clusters(session)]
 
 
 def _count_one_more(loads: list[ClusterLoad], queue: QueueKey) -> list[ClusterLoad]:

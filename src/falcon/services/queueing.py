@@ -66,15 +66,25 @@ def _pick_one(
     progress = repo.get_progress(session, chosen.task_id)
     attempt = (progress.attempt if progress else 0) + 1
     moved = repo.update_task(
-        session, chosen.task_id, [Status.PENDING], now,
-        reason=Reason.PROVISIONING, message=render(MessageKey.PROVISIONING_STARTED, locale),
+        session,
+        chosen.task_id,
+        [Status.PENDING],
+        now,
+        reason=Reason.PROVISIONING,
+        message=render(MessageKey.PROVISIONING_STARTED, locale),
     )
     if not moved:  # aborted between the read and now
         slots.release(lease_id)
         return None
     repo.update_progress(
-        session, chosen.task_id, now, [repo.Phase.WAITING],
-        phase=repo.Phase.ACQUIRING, lease_id=lease_id, attempt=attempt, acquire_run_id=None,
+        session,
+        chosen.task_id,
+        now,
+        [repo.Phase.WAITING],
+        phase=repo.Phase.ACQUIRING,
+        lease_id=lease_id,
+        attempt=attempt,
+        acquire_run_id=None,
     )
     repo.record_pick(session, queue, chosen.actor, now)
     return Pick(chosen.task_id, queue, lease_id, attempt)

@@ -6,6 +6,7 @@ a long operation: work that waits (Job and node-pool cleanup) goes to a per-task
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from datetime import datetime
 
@@ -16,7 +17,7 @@ from falcon.adapters.k8s import JobState
 from falcon.domain.errors import FalconError, NotFoundError
 from falcon.domain.job_manifest import MANAGED_BY
 from falcon.domain.messages import MessageKey, render
-from falcon.domain.model import Cluster, QueueKey
+from falcon.domain.model import Cluster, QueueKey, Task
 from falcon.domain.scheduling import IdlePool, expired_idle_pools
 from falcon.domain.status import Reason, Status
 from falcon.services.acquisition import timed_out
@@ -31,8 +32,15 @@ def abort_unstarted(session: Session, services: Services, now: datetime) -> list
     message = render(MessageKey.ABORTED, services.settings.message_locale)
     for task, phase in repo.aborting_tasks(session):
         if phase in (None, repo.Phase.WAITING, repo.Phase.DONE) and repo.update_task(
-            session, task.id, [Status.ABORTING], now, status=Status.ABORTED, reason=None,
-            message=message, aborted_at=now, finished_at=now,
+            session,
+            task.id,
+            [Status.ABORTING],
+            now,
+            status=Status.ABORTED,
+            reason=None,
+            message=message,
+            aborted_at=now,
+            finished_at=now,
         ):
             if phase is None:
                 repo.start_progress(session, task.id, repo.Phase.DONE, now)
@@ -58,8 +66,12 @@ def follow_running(services: Services) -> list[str]:
         if cluster is None:
             continue
         try:
-            jobs = {j.name: j for j in services.gateways.jobs(cluster).list_jobs(
-                cluster.namespace, f"managed-by={MANAGED_BY}")}
+            jobs = {
+                j.name: j
+                for j in services.gateways.jobs(cluster).list_jobs(
+                    cluster.namespace, f"managed-by={MANAGED_BY}"
+                )
+            }
         except FalconError:
             continue  # cluster unreachable this round; try again next round
         for task_id in task_ids:
@@ -72,19 +84,28 @@ def follow_running(services: Services) -> list[str]:
     return ended
 
 
-def _running_outcome(services: Services, cluster: Cluster, task: repo.Task, job: JobState | None) -> Outcome | None:
+def _running_outcome(
+    services: Services, cluster: Cluster, task: Task, job: JobState | None
+) -> Outcome | None:
     locale = services.settings.message_locale
     if task.status is Status.ABORTING:
         return Outcome(Status.ABORTED, None, render(MessageKey.ABORTED, locale))
     if job is None:
-        return Outcome(Status.FAILED, Reason.JOB_FAILED, render(MessageKey.JOB_VANISHED, locale, job=task.k8s_job_name))
+        return Outcome(
+            Status.FAILED, Reason.JOB_FAILED, render(MessageKey.JOB_VANISHED, locale, job=task.k8s_job_name)
+        )
     if job.complete:
         return Outcome(Status.SUCCEEDED, None, render(MessageKey.SUCCEEDED, locale))
     if job.failed_condition:
-        return Outcome(Status.FAILED, Reason.JOB_FAILED,
-                       render(MessageKey.JOB_FAILED, locale, detail=_failure_detail(services, cluster, job)))
+        return Outcome(
+            Status.FAILED,
+            Reason.JOB_FAILED,
+            render(MessageKey.JOB_FAILED, locale, detail=_failure_detail(services, cluster, job)),
+        )
     if timed_out(task.dispatched_at, task.timeout_seconds, services.clock()):
-        return Outcome(Status.FAILED, Reason.TIMEOUT, render(MessageKey.TIMEOUT, locale, seconds=task.timeout_seconds))
+        return Outcome(
+            Status.FAILED, Reason.TIMEOUT, render(MessageKey.TIMEOUT, locale, seconds=task.timeout_seconds)
+        )
     return None
 
 
@@ -111,7 +132,9 @@ def supervise_runs(services: Services, launcher: Launcher, slots: Slots) -> list
         else:
             run = launcher.start_release(p.task_id, p.attempt)
             with services.db() as session:
-                repo.update_progress(session, p.task_id, services.clock(), [repo.Phase.RELEASING], release_run_id=run)
+                repo.update_progress(
+                    session, p.task_id, services.clock(), [repo.Phase.RELEASING], release_run_id=run
+                )
         started.append(p.task_id)
     return started
 
@@ -127,8 +150,15 @@ def _restart_acquire(services: Services, launcher: Launcher, slots: Slots, p: re
     attempt = p.attempt + (1 if p.acquire_run_id else 0)
     run = launcher.start_acquire(p.task_id, lease or "", attempt)
     with services.db() as session:
-        repo.update_progress(session, p.task_id, services.clock(), [repo.Phase.ACQUIRING],
-                             acquire_run_id=run, lease_id=lease, attempt=attempt)
+        repo.update_progress(
+            session,
+            p.task_id,
+            services.clock(),
+            [repo.Phase.ACQUIRING],
+            acquire_run_id=run,
+            lease_id=lease,
+            attempt=attempt,
+        )
 
 
 def repair_slots(services: Services, slots: Slots, queues: set[QueueKey]) -> list[str]:
@@ -154,8 +184,14 @@ def reap_idle_pools(services: Services) -> list[str]:
     reaped = []
     for pool in expired_idle_pools(candidates, waiting, now, services.settings.kept_pool_grace):
         with services.db() as session:
-            if not repo.update_pool(session, pool.cluster_id, pool.name, now,
-                                    expect_state=[repo.PoolState.IDLE], state=repo.PoolState.DELETING):
+            if not repo.update_pool(
+                session,
+                pool.cluster_id,
+                pool.name,
+                now,
+                expect_state=[repo.PoolState.IDLE],
+                state=repo.PoolState.DELETING,
+            ):
                 continue
         _request_delete(services, clusters[pool.cluster_id], pool.name)
         reaped.append(pool.name)
@@ -164,10 +200,9 @@ def reap_idle_pools(services: Services) -> list[str]:
 
 
 def _request_delete(services: Services, cluster: Cluster, name: str) -> None:
-    try:
+    # Gone already, or GKE busy: _confirm_deleted asks again next round.
+    with contextlib.suppress(FalconError):
         services.gateways.node_pools.delete(cluster, name)
-    except FalconError:
-        pass  # gone already, or GKE busy: _confirm_deleted asks again next round
 
 
 def _confirm_deleted(services: Services, clusters: dict[str, Cluster]) -> None:
@@ -181,8 +216,14 @@ def _confirm_deleted(services: Services, clusters: dict[str, Cluster]) -> None:
             status = services.gateways.node_pools.get(cluster, pool.name)
         except NotFoundError:
             with services.db() as session:
-                repo.update_pool(session, pool.cluster_id, pool.name, services.clock(),
-                                 expect_state=[repo.PoolState.DELETING], state=repo.PoolState.DELETED)
+                repo.update_pool(
+                    session,
+                    pool.cluster_id,
+                    pool.name,
+                    services.clock(),
+                    expect_state=[repo.PoolState.DELETING],
+                    state=repo.PoolState.DELETED,
+                )
             continue
         except FalconError:
             continue

@@ -7,6 +7,7 @@ outcome: its error is appended to the Message and the pool stays marked for the 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from datetime import timedelta
 
@@ -24,10 +25,15 @@ def record_outcome(services: Services, task_id: str, outcome: Outcome, from_phas
     now = services.clock()
     with services.db() as session:
         moved = repo.update_progress(
-            session, task_id, now, from_phases, phase=repo.Phase.RELEASING,
+            session,
+            task_id,
+            now,
+            from_phases,
+            phase=repo.Phase.RELEASING,
             outcome_status=outcome.status.value,
             outcome_reason=outcome.reason.value if outcome.reason else None,
-            outcome_message=outcome.message, lease_id=None,
+            outcome_message=outcome.message,
+            lease_id=None,
         )
         if moved:
             releasing = render(MessageKey.RELEASING, services.settings.message_locale)
@@ -43,8 +49,11 @@ def release(services: Services, task_id: str) -> Outcome:
         cluster = repo.get_cluster(session, task.cluster_id) if task and task.cluster_id else None
     if task is None or progress is None or progress.phase != repo.Phase.RELEASING:
         raise FalconError(f"task {task_id} is not being released")
-    outcome = Outcome(Status(progress.outcome_status or Status.FAILED.value),
-                      Reason(progress.outcome_reason) if progress.outcome_reason else None, progress.outcome_message or "")
+    outcome = Outcome(
+        Status(progress.outcome_status or Status.FAILED.value),
+        Reason(progress.outcome_reason) if progress.outcome_reason else None,
+        progress.outcome_message or "",
+    )
     pool_error = None
     if cluster is not None:
         if task.k8s_job_name:
@@ -52,28 +61,42 @@ def release(services: Services, task_id: str) -> Outcome:
         if task.node_pool_name and progress.queue:
             pool_error = keep_or_delete_pool(services, cluster, task.node_pool_name, progress.queue, task_id)
     if pool_error:
-        outcome = Outcome(outcome.status, outcome.reason, render(
-            MessageKey.NODE_POOL_DELETE_FAILED, services.settings.message_locale,
-            message=outcome.message, detail=pool_error))
+        outcome = Outcome(
+            outcome.status,
+            outcome.reason,
+            render(
+                MessageKey.NODE_POOL_DELETE_FAILED,
+                services.settings.message_locale,
+                message=outcome.message,
+                detail=pool_error,
+            ),
+        )
     return write_outcome(services, task_id, outcome)
 
 
 def delete_job(services: Services, cluster: Cluster, job_name: str) -> None:
-    try:
+    with contextlib.suppress(NotFoundError):
         services.gateways.jobs(cluster).delete_job(cluster.namespace, job_name)
-    except NotFoundError:
-        pass
 
 
-def keep_or_delete_pool(services: Services, cluster: Cluster, pool: str, queue: QueueKey, task_id: str) -> str | None:
+def keep_or_delete_pool(
+    services: Services, cluster: Cluster, pool: str, queue: QueueKey, task_id: str
+) -> str | None:
     """Hand the pool to the queue's next task, or delete it; returns a deletion error, if any."""
     now = services.clock()
     with services.db() as session:
         waiting = len(repo.waiting_by_queue(session).get(queue, []))
         if keep_pool_after_task(waiting):
-            kept = repo.update_pool(session, cluster.id, pool, now,
-                                    expect_state=[repo.PoolState.IN_USE, repo.PoolState.CREATING],
-                                    state=repo.PoolState.IDLE, holder_task_id=None, idle_since=now)
+            kept = repo.update_pool(
+                session,
+                cluster.id,
+                pool,
+                now,
+                expect_state=[repo.PoolState.IN_USE, repo.PoolState.CREATING],
+                state=repo.PoolState.IDLE,
+                holder_task_id=None,
+                idle_since=now,
+            )
             if kept:
                 return None
         repo.update_pool(session, cluster.id, pool, now, state=repo.PoolState.DELETING, holder_task_id=None)
@@ -93,8 +116,9 @@ def delete_pool(services: Services, cluster: Cluster, pool: str) -> str | None:
             gke.get(cluster, pool)
         except NotFoundError:
             with services.db() as session:
-                repo.update_pool(session, cluster.id, pool, services.clock(), state=repo.PoolState.DELETED,
-                                 last_error=None)
+                repo.update_pool(
+                    session, cluster.id, pool, services.clock(), state=repo.PoolState.DELETED, last_error=None
+                )
             return None
         except TemporaryError as exc:
             last_error = str(exc)
@@ -112,12 +136,29 @@ def write_outcome(services: Services, task_id: str, outcome: Outcome) -> Outcome
     now = services.clock()
     locale = services.settings.message_locale
     with services.db() as session:
-        aborted = repo.update_task(session, task_id, [Status.ABORTING], now, status=Status.ABORTED, reason=None,
-                                   message=render(MessageKey.ABORTED, locale), aborted_at=now, finished_at=now)
+        aborted = repo.update_task(
+            session,
+            task_id,
+            [Status.ABORTING],
+            now,
+            status=Status.ABORTED,
+            reason=None,
+            message=render(MessageKey.ABORTED, locale),
+            aborted_at=now,
+            finished_at=now,
+        )
         if aborted:
             outcome = Outcome(Status.ABORTED, None, render(MessageKey.ABORTED, locale))
         else:
-            repo.update_task(session, task_id, [Status.PENDING, Status.RUNNING], now, status=outcome.status,
-                             reason=outcome.reason, message=outcome.message, finished_at=now)
+            repo.update_task(
+                session,
+                task_id,
+                [Status.PENDING, Status.RUNNING],
+                now,
+                status=outcome.status,
+                reason=outcome.reason,
+                message=outcome.message,
+                finished_at=now,
+            )
         repo.update_progress(session, task_id, now, phase=repo.Phase.DONE, lease_id=None)
     return outcome

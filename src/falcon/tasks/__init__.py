@@ -50,7 +50,9 @@ def wait_node_pool_ready(task_id: str, pool: str, started_iso: str) -> None:
     from datetime import datetime
 
     svc = services()
-    acquisition.wait_pool_ready(svc, acquisition_view(svc, task_id), pool, datetime.fromisoformat(started_iso))
+    acquisition.wait_pool_ready(
+        svc, acquisition_view(svc, task_id), pool, datetime.fromisoformat(started_iso)
+    )
 
 
 @task(name="submit-job", **_RETRIES)

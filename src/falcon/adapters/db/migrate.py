@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+
+from falcon.adapters.db.session import engine_for
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -22,8 +25,16 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    command.upgrade(alembic_config(url), revision)
+    _run(command.upgrade, url, revision)
 
 
 def downgrade(url: str, revision: str) -> None:
-    command.downgrade(alembic_config(url), revision)
+    _run(command.downgrade, url, revision)
+
+
+def _run(step: Callable[[Config, str], None], url: str, revision: str) -> None:
+    """Migrate over Falcon's own engine (which creates a SQLite file's folder, sets its pragmas)."""
+    cfg = alembic_config(url)
+    with engine_for(url).begin() as connection:
+        cfg.attributes["connection"] = connection
+        step(cfg, revision)

@@ -9,7 +9,7 @@ All timestamps are stored as naive UTC with microseconds and read back as aware 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
@@ -49,7 +49,7 @@ class UtcDateTime(TypeDecorator[datetime]):
 
 class Base(DeclarativeBase):
     metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map = {datetime: UtcDateTime()}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {datetime: UtcDateTime()}
 
 
 class JobRow(Base):
@@ -124,7 +124,9 @@ class NodePoolRow(Base):
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 
-    __table_args__ = (sa.Index("ix_falcon_node_pools__cluster_id__topology__state", "cluster_id", "topology", "state"),)
+    __table_args__ = (
+        sa.Index("ix_falcon_node_pools__cluster_id__topology__state", "cluster_id", "topology", "state"),
+    )
 
 
 class QueueRotationRow(Base):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -107,7 +107,7 @@ def _task(row: JobRow) -> Task:
         spec=row.spec,
         timeout_seconds=row.timeout_seconds,
         status=Status(row.status),
-        reason=Reason(row.reason) if row.reason in Reason._value2member_map_ else None,
+        reason=_known_reason(row.reason),
         message=row.message,
         cluster_id=row.cluster_id,
         node_pool_name=row.node_pool_name,
@@ -115,6 +115,14 @@ def _task(row: JobRow) -> Task:
         created_at=row.created_at,
         dispatched_at=row.dispatched_at,
     )
+
+
+def _known_reason(value: str | None) -> Reason | None:
+    """Reasons Falcon did not write (an upstream value, or NULL) read as None."""
+    try:
+        return Reason(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 def insert_task(
@@ -168,7 +176,9 @@ def new_tasks(session: Session, limit: int) -> list[Task]:
     return [_task(r) for r in session.scalars(query)]
 
 
-def update_task(session: Session, task_id: str, expect: Iterable[Status], now: datetime, **values: Any) -> bool:
+def update_task(
+    session: Session, task_id: str, expect: Iterable[Status], now: datetime, **values: Any
+) -> bool:
     """Compare-and-set on the row's status; True if the row was in one of ``expect`` and changed."""
     values = {k: (v.value if isinstance(v, Status | Reason) else v) for k, v in values.items()}
     result = session.execute(
@@ -187,11 +197,13 @@ def set_messages(session: Session, messages: dict[str, str], now: datetime) -> i
     rows = session.execute(sa.select(JobRow.id, JobRow.message).where(JobRow.id.in_(list(messages))))
     current = {task_id: message for task_id, message in rows}
     changed = [
-        {"b_id": task_id, "b_message": text} for task_id, text in messages.items() if current.get(task_id) != text
+        {"b_id": task_id, "b_message": text}
+        for task_id, text in messages.items()
+        if current.get(task_id) != text
     ]
     if not changed:
         return 0
-    job = JobRow.__table__  # Core statement: an executemany over many rows in one round trip
+    job = cast(sa.Table, JobRow.__table__)  # Core statement: an executemany over many rows in one round trip
     session.execute(
         sa.update(job)
         .where(
@@ -334,7 +346,11 @@ def last_actors(session: Session) -> dict[QueueKey, str]:
 def record_pick(session: Session, queue: QueueKey, actor: str, now: datetime) -> None:
     row = session.get(QueueRotationRow, (queue.cluster_id, queue.topology))
     if row is None:
-        session.add(QueueRotationRow(cluster_id=queue.cluster_id, topology=queue.topology, last_actor=actor, updated_at=now))
+        session.add(
+            QueueRotationRow(
+                cluster_id=queue.cluster_id, topology=queue.topology, last_actor=actor, updated_at=now
+            )
+        )
     else:
         row.last_actor = actor
         row.updated_at = now
@@ -402,12 +418,19 @@ def write_ahead_pool(session: Session, pool: NodePool, now: datetime) -> None:
 
 
 def update_pool(
-    session: Session, cluster_id: str, name: str, now: datetime, expect_state: Iterable[str] | None = None, **values: Any
+    session: Session,
+    cluster_id: str,
+    name: str,
+    now: datetime,
+    expect_state: Iterable[str] | None = None,
+    **values: Any,
 ) -> bool:
     query = sa.update(NodePoolRow).where(NodePoolRow.cluster_id == cluster_id, NodePoolRow.name == name)
     if expect_state is not None:
         query = query.where(NodePoolRow.state.in_(list(expect_state)))
-    result = session.execute(query.values(updated_at=now, **values).execution_options(synchronize_session=False))
+    result = session.execute(
+        query.values(updated_at=now, **values).execution_options(synchronize_session=False)
+    )
     return bool(getattr(result, "rowcount", 0))
 
 
@@ -423,8 +446,14 @@ def claim_idle_pool(session: Session, queue: QueueKey, task_id: str, now: dateti
         .order_by(NodePoolRow.idle_since)
     ):
         if update_pool(
-            session, row.cluster_id, row.name, now, expect_state=[PoolState.IDLE],
-            state=PoolState.IN_USE, holder_task_id=task_id, idle_since=None,
+            session,
+            row.cluster_id,
+            row.name,
+            now,
+            expect_state=[PoolState.IDLE],
+            state=PoolState.IN_USE,
+            holder_task_id=task_id,
+            idle_since=None,
         ):
             return get_pool(session, row.cluster_id, row.name)
     return None

@@ -1,0 +1,122 @@
+"""Admin/test endpoints outside the real API paths: state, faults, watch-history compaction, health."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from falcon_emulator.errors import json_response
+from falcon_emulator.gke_api import emulator_state
+from falcon_emulator.state import ClusterState, EmulatorState, NodePool, PoolRecord
+from falcon_emulator.util import JSON
+
+router = APIRouter()
+
+
+@router.get("/healthz")
+async def healthz() -> Response:
+    return json_response({"status": "ok"})
+
+
+@router.get("/emulator/state")
+async def get_state(request: Request) -> Response:
+    state = emulator_state(request)
+    with state.lock:
+        return json_response(snapshot(state))
+
+
+@router.get("/emulator/faults")
+async def list_faults(request: Request) -> Response:
+    state = emulator_state(request)
+    with state.lock:
+        return json_response({"rules": [r.to_json() for r in state.faults.rules]})
+
+
+@router.post("/emulator/faults")
+async def add_faults(request: Request) -> Response:
+    state = emulator_state(request)
+    try:
+        body: Any = json.loads(await request.body() or b"[]")
+        rules = body.get("rules", []) if isinstance(body, dict) else body
+        with state.lock:
+            state.faults.add(list(rules))
+            return json_response({"rules": [r.to_json() for r in state.faults.rules]})
+    except (ValueError, TypeError) as exc:
+        return json_response({"error": str(exc)}, 400)
+
+
+@router.delete("/emulator/faults")
+async def clear_faults(request: Request) -> Response:
+    state = emulator_state(request)
+    with state.lock:
+        state.faults.clear()
+    return json_response({"rules": []})
+
+
+@router.post("/emulator/clusters/{project}/{location}/{name}/compact")
+async def compact(project: str, location: str, name: str, request: Request) -> Response:
+    """Drop the cluster's watch history so that any older resourceVersion answers 410 Expired."""
+    state = emulator_state(request)
+    with state.lock:
+        cluster = state.cluster(project, location, name)
+        if cluster is None:
+            return json_response({"error": "no such cluster"}, 404)
+        cluster.store.compact()
+        return json_response({"compactedResourceVersion": str(cluster.store.compacted_rv)})
+
+
+def snapshot(state: EmulatorState) -> JSON:
+    return {
+        "clusters": [_cluster(c) for c in state.clusters.values()],
+        "reservations": [
+            {
+                "project": r.project,
+                "zone": r.zone,
+                "name": r.name,
+                "machineType": r.machine_type,
+                "count": r.count,
+                "inUseCount": r.in_use,
+            }
+            for r in state.reservations.values()
+        ],
+        "operations": [op.to_json() for op in state.operations.values() if op.status != "DONE"],
+        "resourceVersion": str(state.versions.current),
+    }
+
+
+def _records(records: list[PoolRecord]) -> list[JSON]:
+    return [{"name": r.name, "time": r.time, "operation": r.operation} for r in records]
+
+
+def _pool(pool: NodePool) -> JSON:
+    return {
+        "name": pool.name,
+        "status": pool.status,
+        "mode": pool.mode,
+        "machineType": pool.machine_type,
+        "nodes": list(pool.nodes),
+        "nodeCount": len(pool.nodes),
+        "reservation": pool.reservation.name if pool.reservation else None,
+        "scaleUpPending": pool.scale_up_at is not None,
+    }
+
+
+def _cluster(cluster: ClusterState) -> JSON:
+    objects = {plural: len(items) for plural, items in cluster.store.objects.items()}
+    return {
+        "project": cluster.project,
+        "location": cluster.location,
+        "name": cluster.name,
+        "k8sPath": f"/k8s/{cluster.project}/{cluster.location}/{cluster.name}",
+        "nodePools": [_pool(p) for p in cluster.node_pools.values()],
+        "counters": {
+            "nodePoolsCreated": len(cluster.created),
+            "nodePoolsDeleted": len(cluster.deleted),
+            "created": _records(cluster.created),
+            "deleted": _records(cluster.deleted),
+        },
+        "objects": objects,
+    }

@@ -1,0 +1,67 @@
+"""The FastAPI application: GKE, Compute, per-cluster Kubernetes APIs and admin routes on one port."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+
+from falcon_emulator import admin_api, compute_api, gke_api, k8s_api
+from falcon_emulator.config import EmulatorConfig
+from falcon_emulator.simulation import run_loop
+from falcon_emulator.state import EmulatorState
+from falcon_emulator.store import KubeStore
+from falcon_emulator.util import JSON
+
+_BASE_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+def _seed(state: EmulatorState) -> None:
+    for cluster in state.clusters.values():
+        for name in _BASE_NAMESPACES:
+            namespace: JSON = {
+                "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
+                "spec": {"finalizers": ["kubernetes"]},
+                "status": {"phase": "Active"},
+            }
+            cluster.store.add("namespaces", namespace)
+
+
+def close_watches(state: EmulatorState) -> None:
+    """End every open watch stream (lets the server shut down without waiting for clients)."""
+    with state.lock:
+        stores: list[KubeStore] = [c.store for c in state.clusters.values()]
+        for store in stores:
+            store.close_all_watches()
+
+
+def create_app(config: EmulatorConfig, data_dir: Path) -> FastAPI:
+    state = EmulatorState(config, data_dir)
+    _seed(state)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        stop = asyncio.Event()
+        app.state.loop = asyncio.get_running_loop()
+        task = asyncio.create_task(run_loop(state, stop))
+        try:
+            yield
+        finally:
+            stop.set()
+            close_watches(state)
+            await task
+
+    app = FastAPI(
+        title="Falcon GKE/Compute/Kubernetes emulator",
+        lifespan=lifespan,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.emulator = state
+    for module in (admin_api, compute_api, gke_api, k8s_api):
+        app.include_router(module.router)
+    return app

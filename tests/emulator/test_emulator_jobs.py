@@ -1,0 +1,161 @@
+"""Job controller, scheduler and kubelet behaviour through the official kubernetes client."""
+
+from __future__ import annotations
+
+import re
+
+from emu_helpers import Kube, condition_types, container, events_for, job, job_finished, pods_of, wait_for
+from kubernetes import client as k8s
+
+V6E_2X4 = {
+    "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+    "cloud.google.com/gke-tpu-topology": "2x4",
+}
+
+
+def test_single_pod_job_runs_to_complete_with_job_labels_and_owner(work: Kube, namespace: str) -> None:
+    created = work.batch.create_namespaced_job(namespace, job("one"))
+    assert created.metadata.uid and created.metadata.resource_version and created.metadata.creation_timestamp
+    finished = wait_for(lambda: job_finished(work, namespace, "one"))
+    assert condition_types(finished) == ["SuccessCriteriaMet", "Complete"]
+    assert finished.status.succeeded == 1 and not finished.status.failed and not finished.status.active
+    assert finished.status.start_time and finished.status.completion_time
+    [pod] = pods_of(work, namespace, "one")
+    assert re.fullmatch(r"one-[a-z0-9]{5}", pod.metadata.name)
+    assert pod.status.phase == "Succeeded"
+    labels = pod.metadata.labels
+    assert labels["job-name"] == "one" and labels["controller-uid"] == created.metadata.uid
+    assert labels["batch.kubernetes.io/controller-uid"] == created.metadata.uid
+    assert pod.metadata.owner_references[0].kind == "Job"
+    terminated = pod.status.container_statuses[0].state.terminated
+    assert (terminated.exit_code, terminated.reason) == (0, "Completed")
+    reasons = {e.reason for e in events_for(work, namespace, pod.metadata.name)}
+    assert {"Scheduled", "Started"} <= reasons
+
+
+def test_indexed_job_on_two_node_multi_host_slice_runs_one_pod_per_host_and_completes(
+    work: Kube, namespace: str
+) -> None:
+    spec = job(
+        "slice",
+        [container(tpus=4)],
+        node_selector=V6E_2X4,
+        tpu=True,
+        completion_mode="Indexed",
+        completions=2,
+        parallelism=2,
+        backoff_limit=0,
+    )
+    work.batch.create_namespaced_job(namespace, spec)
+    finished = wait_for(lambda: job_finished(work, namespace, "slice"))
+    assert "Complete" in condition_types(finished)
+    assert finished.status.succeeded == 2 and finished.status.completed_indexes == "0-1"
+    pods = sorted(pods_of(work, namespace, "slice"), key=lambda p: p.metadata.name)
+    assert [re.fullmatch(r"slice-(\d)-[a-z0-9]{5}", p.metadata.name)[1] for p in pods] == ["0", "1"]
+    assert [p.metadata.annotations["batch.kubernetes.io/job-completion-index"] for p in pods] == ["0", "1"]
+    assert len({p.spec.node_name for p in pods}) == 2
+    env = {e.name for e in pods[0].spec.containers[0].env}
+    assert "JOB_COMPLETION_INDEX" in env
+
+
+def test_nonzero_exit_code_is_retried_until_backoff_limit_then_job_failed(work: Kube, namespace: str) -> None:
+    spec = job(
+        "crash", [container(env={"EMULATOR_EXIT_CODE": "3", "EMULATOR_RUN_SECONDS": "0.1"})], backoff_limit=1
+    )
+    work.batch.create_namespaced_job(namespace, spec)
+    finished = wait_for(lambda: job_finished(work, namespace, "crash"))
+    assert condition_types(finished) == ["FailureTarget", "Failed"]
+    failed = next(c for c in finished.status.conditions if c.type == "Failed")
+    assert failed.reason == "BackoffLimitExceeded"
+    assert finished.status.failed == 2
+    pods = pods_of(work, namespace, "crash")
+    assert len(pods) == 2 and all(p.status.phase == "Failed" for p in pods)
+    terminated = pods[0].status.container_statuses[0].state.terminated
+    assert (terminated.exit_code, terminated.reason) == (3, "Error")
+
+
+def test_oom_container_ends_oomkilled_with_exit_code_137(work: Kube, namespace: str) -> None:
+    work.batch.create_namespaced_job(
+        namespace, job("oom", [container(env={"EMULATOR_OOM": "1"})], backoff_limit=0)
+    )
+    wait_for(lambda: job_finished(work, namespace, "oom"))
+    terminated = pods_of(work, namespace, "oom")[0].status.container_statuses[0].state.terminated
+    assert (terminated.exit_code, terminated.reason) == (137, "OOMKilled")
+
+
+def test_missing_image_stays_pending_in_image_pull_backoff_with_events(work: Kube, namespace: str) -> None:
+    work.batch.create_namespaced_job(namespace, job("pull", [container(image="repo/trainer:missing")]))
+
+    def backoff() -> k8s.V1Pod | None:
+        pods = pods_of(work, namespace, "pull")
+        waiting = pods[0].status.container_statuses if pods else None
+        ok = waiting and waiting[0].state.waiting and waiting[0].state.waiting.reason == "ImagePullBackOff"
+        return pods[0] if ok else None
+
+    pod = wait_for(backoff)
+    assert pod.status.phase == "Pending"
+    reasons = {e.reason for e in events_for(work, namespace, pod.metadata.name)}
+    assert {"Failed", "BackOff"} <= reasons
+    job_now = work.batch.read_namespaced_job("pull", namespace)
+    assert job_now.status.active == 1 and not job_now.status.conditions
+
+
+def test_pod_without_toleration_or_tpu_capacity_is_unschedulable_with_one_failed_scheduling_event(
+    work: Kube, namespace: str
+) -> None:
+    spec = job("greedy", [container(tpus=16)], node_selector=V6E_2X4, tpu=True)
+    work.batch.create_namespaced_job(namespace, spec)
+    pods = wait_for(lambda: pods_of(work, namespace, "greedy"))
+    name = pods[0].metadata.name
+    failed = wait_for(
+        lambda: [e for e in events_for(work, namespace, name) if e.reason == "FailedScheduling"]
+    )
+    assert len(failed) == 1 and "Insufficient google.com/tpu" in failed[0].message
+    untolerated = job("notol", [container()], node_selector={"cloud.google.com/gke-nodepool": "v6e-1t"})
+    work.batch.create_namespaced_job(namespace, untolerated)
+    pod = wait_for(lambda: pods_of(work, namespace, "notol"))[0]
+    events = wait_for(
+        lambda: [e for e in events_for(work, namespace, pod.metadata.name) if e.reason == "FailedScheduling"]
+    )
+    assert "untolerated taint {google.com/tpu: present}" in events[0].message
+    scheduled = [
+        c
+        for c in work.core.read_namespaced_pod(pod.metadata.name, namespace).status.conditions
+        if c.type == "PodScheduled"
+    ]
+    assert (scheduled[0].status, scheduled[0].reason) == ("False", "Unschedulable")
+
+
+def test_active_deadline_fails_the_job_with_deadline_exceeded(work: Kube, namespace: str) -> None:
+    spec = job("slow", [container(env={"EMULATOR_RUN_SECONDS": "30"})], active_deadline_seconds=1)
+    work.batch.create_namespaced_job(namespace, spec)
+    finished = wait_for(lambda: job_finished(work, namespace, "slow"))
+    failed = next(c for c in finished.status.conditions if c.type == "Failed")
+    assert failed.reason == "DeadlineExceeded"
+    wait_for(lambda: not pods_of(work, namespace, "slow"))
+
+
+def test_delete_job_with_background_propagation_removes_its_pods(work: Kube, namespace: str) -> None:
+    work.batch.create_namespaced_job(namespace, job("bg", [container(env={"EMULATOR_RUN_SECONDS": "30"})]))
+    wait_for(lambda: [p for p in pods_of(work, namespace, "bg") if p.status.phase == "Running"])
+    work.batch.delete_namespaced_job("bg", namespace, propagation_policy="Background")
+    wait_for(lambda: not pods_of(work, namespace, "bg"))
+    assert not work.batch.list_namespaced_job(namespace).items
+
+
+def test_delete_job_without_propagation_policy_orphans_its_pods(work: Kube, namespace: str) -> None:
+    work.batch.create_namespaced_job(namespace, job("orphan"))
+    wait_for(lambda: pods_of(work, namespace, "orphan"))
+    work.batch.delete_namespaced_job("orphan", namespace)
+    pods = pods_of(work, namespace, "orphan")
+    assert len(pods) == 1 and not pods[0].metadata.owner_references
+    wait_for(lambda: pods_of(work, namespace, "orphan")[0].status.phase == "Succeeded")
+
+
+def test_delete_job_with_foreground_keeps_job_until_pods_are_gone(work: Kube, namespace: str) -> None:
+    work.batch.create_namespaced_job(namespace, job("fg", [container(env={"EMULATOR_RUN_SECONDS": "30"})]))
+    wait_for(lambda: [p for p in pods_of(work, namespace, "fg") if p.status.phase == "Running"])
+    options = k8s.V1DeleteOptions(propagation_policy="Foreground")
+    work.batch.delete_namespaced_job("fg", namespace, body=options)
+    wait_for(lambda: not work.batch.list_namespaced_job(namespace).items)
+    assert not pods_of(work, namespace, "fg")
