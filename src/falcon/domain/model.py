@@ -103,6 +103,9 @@ class Task:
     k8s_job_name: str | None
     created_at: datetime
     dispatched_at: datetime | None = None
+    finished_at: datetime | None = None
+    aborting_at: datetime | None = None
+    aborted_at: datetime | None = None
 
     @property
     def topology(self) -> str | None:

@@ -114,6 +114,9 @@ def _task(row: JobRow) -> Task:
         k8s_job_name=row.k8s_job_name,
         created_at=row.created_at,
         dispatched_at=row.dispatched_at,
+        finished_at=row.finished_at,
+        aborting_at=row.aborting_at,
+        aborted_at=row.aborted_at,
     )
 
 

@@ -1,0 +1,40 @@
+"""Flow-level fixtures: an emulator per test, and Services wired to it, the test database and Prefect."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from falcon.adapters.db import repository as repo
+from falcon.adapters.db.session import session_scope
+from falcon.bootstrap import Gateways
+from falcon.services.context import Services, utc_now
+from falcon.settings import get_settings
+from falcon_emulator.config import EmulatorConfig
+from falcon_emulator.server import EmulatorServer
+from tests.integration.harness import CLUSTER, EMULATOR
+
+
+@pytest.fixture
+def emulator(tmp_path: Path) -> Iterator[EmulatorServer]:
+    with EmulatorServer(EmulatorConfig.from_dict(EMULATOR), tmp_path / "emu") as server:
+        yield server
+
+
+@pytest.fixture
+def services(
+    db_url: str, emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch, prefect_api: None
+) -> Iterator[Services]:
+    monkeypatch.setenv("FALCON_DATABASE_URL", db_url)
+    monkeypatch.setenv("FALCON_EMULATOR_URL", emulator.url)
+    monkeypatch.setenv("FALCON_POLL_SECONDS", "0.2")
+    monkeypatch.setenv("FALCON_RECONCILE_SECONDS", "0.3")
+    monkeypatch.setenv("FALCON_MESSAGE_LOCALE", "en")
+    get_settings.cache_clear()
+    settings = get_settings()
+    with session_scope(db_url) as s:
+        repo.add_cluster(s, CLUSTER, utc_now())
+    yield Services(settings, Gateways(settings))
+    get_settings.cache_clear()  # the next test must not see this test's environment

@@ -1,0 +1,120 @@
+"""Helpers for flow-level tests: the emulated fleet, row submission, and a Driver that ticks a
+real Dispatcher whose lifecycle and release flows run as threads of the test."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import httpx
+
+from falcon.adapters.db import repository as repo
+from falcon.adapters.db.session import session_scope
+from falcon.adapters.runs import InProcessLauncher
+from falcon.domain.model import Cluster, ClusterStatus, Task
+from falcon.domain.status import TERMINAL
+from falcon.services.context import Services, utc_now
+from falcon.services.dispatching import Dispatcher
+from falcon_emulator.server import EmulatorServer
+
+EMULATOR = {
+    "nodePoolProvisionSeconds": 0.5,
+    "podStartSeconds": 0.2,
+    "projects": {
+        "proj-a": {
+            "reservations": {"res-a": {"zone": "us-east5-b", "machineType": "ct6e-standard-4t", "count": 8}},
+            "clusters": {
+                "edge-a": {"location": "us-east5", "flexStart": {"available": True, "delaySeconds": 0.5}}
+            },
+        }
+    },
+}
+CLUSTER = Cluster(
+    "c-a",
+    "edge-a",
+    "proj-a",
+    "us-east5",
+    "v6e",
+    "bucket-a",
+    "res-a",
+    ClusterStatus.ACTIVE,
+    "falcon-jobs",
+    "us-east5-b",
+)
+
+
+def submit(
+    url: str,
+    task_id: str,
+    actor: str,
+    topology: str,
+    run_seconds: float = 0.5,
+    image: str = "trainer:1",
+    timeout: int = 600,
+) -> None:
+    spec = {
+        "image": image,
+        "command": ["python", "train.py"],
+        "topology": topology,
+        "env": {"EMULATOR_RUN_SECONDS": str(run_seconds)},
+    }
+    with session_scope(url) as s:
+        repo.insert_task(
+            s,
+            task_id=task_id,
+            actor=actor,
+            name=f"job-{task_id}",
+            tpu_type="v6e",
+            spec=spec,
+            timeout_seconds=timeout,
+            now=utc_now(),
+        )
+
+
+class Driver:
+    """Ticks a real Dispatcher whose lifecycle and release flows run as threads of the test."""
+
+    def __init__(self, services: Services) -> None:
+        from flows.lifecycle import task_lifecycle, task_release
+
+        from falcon.adapters import slots
+
+        self.services = services
+        self.dispatcher = Dispatcher(services, slots, InProcessLauncher(task_lifecycle, task_release))
+        self.history: dict[str, list[tuple[str, str]]] = {}
+
+    def observe(self) -> dict[str, Task]:
+        with self.services.db() as s:
+            tasks = {t.id: t for t in repo.list_tasks(s, 1000)}
+        for task_id, t in tasks.items():
+            steps = self.history.setdefault(task_id, [])
+            step = (t.status.value, t.reason.value if t.reason else "")
+            if not steps or steps[-1] != step:
+                steps.append(step)
+        return tasks
+
+    def run_until(self, done: Callable[[dict[str, Task]], bool], seconds: float = 90) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.dispatcher.tick()
+            if done(self.observe()):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"condition not reached: {self.history}")
+
+    def run_until_done(self, ids: list[str], seconds: float = 90) -> dict[str, list[tuple[str, str]]]:
+        self.run_until(lambda tasks: all(tasks[i].status in TERMINAL for i in ids), seconds)
+        return self.history
+
+
+def run_until_done(
+    services: Services, ids: list[str], seconds: float = 90
+) -> dict[str, list[tuple[str, str]]]:
+    return Driver(services).run_until_done(ids, seconds)
+
+
+def emulator_counters(emulator: EmulatorServer, cluster: str = "edge-a") -> dict[str, object]:
+    """Node-pool create/delete counters of one emulated cluster, from its admin endpoint."""
+    state = httpx.get(f"{emulator.url}/emulator/state").json()
+    (found,) = [c for c in state["clusters"] if c["name"] == cluster]
+    return dict(found["counters"])

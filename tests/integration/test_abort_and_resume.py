@@ -1,0 +1,157 @@
+"""Abort in every phase (design §8) and resumption after a run dies (no duplicate pool or Job).
+
+Each abort ends Aborted with aborted_at and finished_at set, the Job deleted and the node pool
+deleted (nothing waits in its queue), whatever phase the task was in.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+from falcon.adapters.db import repository as repo
+from falcon.adapters.runs import InProcessLauncher
+from falcon.domain.status import Reason, Status
+from falcon.services.acquisition import provision
+from falcon.services.context import Services, load_task, utc_now
+from falcon.services.dispatching import Dispatcher
+from falcon_emulator.server import EmulatorServer
+from tests.integration.harness import CLUSTER, Driver, emulator_counters, submit
+
+
+def abort(services: Services, task_id: str) -> None:
+    """What upstream does: status Aborting with aborting_at."""
+    now = utc_now()
+    with services.db() as s:
+        assert repo.update_task(
+            s, task_id, [Status.PENDING, Status.RUNNING], now, status=Status.ABORTING, aborting_at=now
+        )
+
+
+def assert_aborted_and_clean(services: Services, emulator: EmulatorServer, task_id: str) -> None:
+    with services.db() as s:
+        task = repo.get_task(s, task_id)
+        progress = repo.get_progress(s, task_id)
+        pool = repo.get_pool(s, CLUSTER.id, task.node_pool_name) if task and task.node_pool_name else None
+    assert task is not None and task.status is Status.ABORTED and task.reason is None
+    assert task.aborted_at is not None and task.finished_at is not None
+    assert task.message == "Aborted by user"
+    assert progress is not None and progress.phase == repo.Phase.DONE
+    if pool is not None:
+        assert pool.state == repo.PoolState.DELETED
+    jobs = httpx.get(f"{emulator.url}/k8s/proj-a/us-east5/edge-a/apis/batch/v1/namespaces/falcon-jobs/jobs")
+    assert all(
+        j["metadata"]["annotations"].get("falcon.dev/task-id") != task_id
+        for j in jobs.json().get("items", [])
+    )
+
+
+def test_abort_while_waiting_removes_the_task_from_its_queue(
+    services: Services, db_url: str, emulator: EmulatorServer
+) -> None:
+    driver = Driver(services)
+    submit(db_url, "t-holder", "alice", "2x2", image="trainer:missing", timeout=3)
+    submit(db_url, "t-waiting", "bob", "2x2")
+    driver.run_until(lambda t: t["t-waiting"].reason is Reason.WAITING)
+    abort(services, "t-waiting")
+    driver.run_until_done(["t-holder", "t-waiting"])
+    assert_aborted_and_clean(services, emulator, "t-waiting")
+    assert ("Pending", "Waiting") in driver.history["t-waiting"]
+    assert driver.history["t-waiting"][-1] == ("Aborted", "")
+
+
+def test_abort_while_provisioning_waits_for_the_pool_and_deletes_it(
+    services: Services, db_url: str, emulator: EmulatorServer
+) -> None:
+    driver = Driver(services)
+    submit(db_url, "t-prov", "alice", "4x4")
+    driver.run_until(
+        lambda t: t["t-prov"].node_pool_name is not None and t["t-prov"].reason is Reason.PROVISIONING
+    )
+    abort(services, "t-prov")
+    driver.run_until_done(["t-prov"])
+    assert_aborted_and_clean(services, emulator, "t-prov")
+    assert emulator_counters(emulator)["nodePoolsDeleted"] == 1
+
+
+def test_abort_while_pods_are_pending_deletes_the_job_and_the_pool(
+    services: Services, db_url: str, emulator: EmulatorServer
+) -> None:
+    driver = Driver(services)
+    submit(db_url, "t-disp", "alice", "2x2", image="trainer:missing")
+    driver.run_until(lambda t: t["t-disp"].k8s_job_name is not None)
+    abort(services, "t-disp")
+    driver.run_until_done(["t-disp"])
+    assert_aborted_and_clean(services, emulator, "t-disp")
+
+
+def test_abort_while_running_deletes_the_job_and_the_pool(
+    services: Services, db_url: str, emulator: EmulatorServer
+) -> None:
+    driver = Driver(services)
+    submit(db_url, "t-run", "alice", "2x2", run_seconds=600)
+    driver.run_until(lambda t: t["t-run"].status is Status.RUNNING)
+    abort(services, "t-run")
+    driver.run_until_done(["t-run"])
+    assert_aborted_and_clean(services, emulator, "t-run")
+
+
+class DyingFirstAttempt(InProcessLauncher):
+    """The first lifecycle attempt of each task provisions its pool, then its process 'dies'."""
+
+    def __init__(self, services: Services) -> None:
+        from flows.lifecycle import task_lifecycle, task_release
+
+        super().__init__(task_lifecycle, task_release)
+        self.services = services
+        self.died: list[str] = []
+
+    def start_acquire(self, task_id: str, lease_id: str, attempt: int) -> str:
+        if attempt == 1:
+            provision(self.services, load_task(self.services, task_id))  # write-ahead + GKE create
+            self.died.append(task_id)
+            return f"dead-{task_id}"  # never alive: the dispatcher must notice and restart
+        return super().start_acquire(task_id, lease_id, attempt)
+
+
+def test_a_run_that_dies_mid_provisioning_is_restarted_without_a_second_pool(
+    services: Services, db_url: str, emulator: EmulatorServer
+) -> None:
+    from falcon.adapters import slots
+
+    launcher = DyingFirstAttempt(services)
+    dispatcher = Dispatcher(services, slots, launcher)
+    submit(db_url, "t-crash", "alice", "2x4")
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        dispatcher.tick()
+        with services.db() as s:
+            task = repo.get_task(s, "t-crash")
+            progress = repo.get_progress(s, "t-crash")
+        if task is not None and task.status is Status.SUCCEEDED:
+            break
+        time.sleep(0.1)
+    assert launcher.died == ["t-crash"]
+    assert task is not None and task.status is Status.SUCCEEDED
+    assert progress is not None and progress.attempt == 2
+    assert emulator_counters(emulator)["nodePoolsCreated"] == 1
+
+
+def test_running_the_lifecycle_again_after_it_finished_changes_nothing(
+    services: Services, db_url: str, emulator: EmulatorServer
+) -> None:
+    from flows.lifecycle import task_lifecycle
+
+    driver = Driver(services)
+    submit(db_url, "t-twice", "alice", "2x2", run_seconds=600)
+    driver.run_until(lambda t: t["t-twice"].status is Status.RUNNING)
+    with services.db() as s:
+        before = repo.get_task(s, "t-twice")
+    assert task_lifecycle(task_id="t-twice", lease_id="") == "Running"
+    with services.db() as s:
+        after = repo.get_task(s, "t-twice")
+    assert after == before
+    assert emulator_counters(emulator)["nodePoolsCreated"] == 1
+    jobs = httpx.get(f"{emulator.url}/k8s/proj-a/us-east5/edge-a/apis/batch/v1/namespaces/falcon-jobs/jobs")
+    assert len(jobs.json()["items"]) == 1
