@@ -51,12 +51,13 @@ def submit(
     run_seconds: float = 0.5,
     image: str = "trainer:1",
     timeout: int = 600,
+    env: dict[str, str] | None = None,
 ) -> None:
     spec = {
         "image": image,
         "command": ["python", "train.py"],
         "topology": topology,
-        "env": {"EMULATOR_RUN_SECONDS": str(run_seconds)},
+        "env": {"EMULATOR_RUN_SECONDS": str(run_seconds), **(env or {})},
     }
     with session_scope(url) as s:
         repo.insert_task(
@@ -118,3 +119,9 @@ def emulator_counters(emulator: EmulatorServer, cluster: str = "edge-a") -> dict
     state = httpx.get(f"{emulator.url}/emulator/state").json()
     (found,) = [c for c in state["clusters"] if c["name"] == cluster]
     return dict(found["counters"])
+
+
+def inject_fault(emulator: EmulatorServer, method: str, path_regex: str, status: int, message: str) -> None:
+    """Make the emulator answer the next matching request with an error (its fault injection)."""
+    rule = {"method": method, "pathRegex": path_regex, "status": status, "message": message, "times": 0}
+    httpx.post(f"{emulator.url}/emulator/faults", json={"rules": [rule]}).raise_for_status()

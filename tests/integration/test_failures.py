@@ -1,0 +1,101 @@
+"""The design's exception table: each failure ends Failed with its Reason and a readable Message,
+and leaves no Job and no node pool behind (nothing waits in the queue in these tests)."""
+
+from __future__ import annotations
+
+import pytest
+
+from falcon.adapters.db import repository as repo
+from falcon.domain.status import Reason, Status
+from falcon.services.context import Services
+from falcon_emulator.server import EmulatorServer
+from tests.integration.harness import CLUSTER, Driver, emulator_counters, inject_fault, submit
+
+
+def finished(services: Services, task_id: str) -> repo.Progress:
+    Driver(services).run_until_done([task_id])
+    with services.db() as s:
+        progress = repo.get_progress(s, task_id)
+    assert progress is not None and progress.phase == repo.Phase.DONE
+    return progress
+
+
+def task_of(services: Services, task_id: str):  # type: ignore[no-untyped-def]
+    with services.db() as s:
+        return repo.get_task(s, task_id)
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        pytest.param({"EMULATOR_OOM": "1"}, "terminated: OOMKilled (exit code 137)", id="oom"),
+        pytest.param({"EMULATOR_EXIT_CODE": "3"}, "terminated: Error (exit code 3)", id="exit code 3"),
+    ],
+)
+def test_a_failing_container_fails_the_task_with_job_failed(
+    services: Services, db_url: str, emulator: EmulatorServer, env: dict[str, str], expected: str
+) -> None:
+    submit(db_url, "t-fail", "alice", "2x2", run_seconds=0.5, env=env)
+    finished(services, "t-fail")
+    task = task_of(services, "t-fail")
+    assert task.status is Status.FAILED and task.reason is Reason.JOB_FAILED
+    assert expected in task.message
+    assert task.finished_at is not None
+    assert emulator_counters(emulator)["nodePoolsDeleted"] == 1
+
+
+def test_a_task_running_past_its_timeout_fails_with_timeout(
+    services: Services, db_url: str, emulator: EmulatorServer
+) -> None:
+    submit(db_url, "t-slow", "alice", "2x2", run_seconds=600, timeout=3)
+    finished(services, "t-slow")
+    task = task_of(services, "t-slow")
+    assert task.status is Status.FAILED and task.reason is Reason.TIMEOUT
+    assert task.message == "Task timed out (3s), Job cancelled"
+    assert emulator_counters(emulator)["nodePoolsDeleted"] == 1
+
+
+def test_a_refused_node_pool_fails_the_task_with_node_pool_failed(
+    services: Services, db_url: str, emulator: EmulatorServer
+) -> None:
+    inject_fault(emulator, "POST", r"/nodePools$", 403, "quota 'TPUS_PER_PROJECT' exceeded")
+    submit(db_url, "t-quota", "alice", "2x2")
+    finished(services, "t-quota")
+    task = task_of(services, "t-quota")
+    assert task.status is Status.FAILED and task.reason is Reason.NODE_POOL_FAILED
+    assert "TPUS_PER_PROJECT" in task.message
+    with services.db() as s:
+        pool = repo.get_pool(s, CLUSTER.id, task.node_pool_name)
+    assert pool is not None and pool.state == repo.PoolState.DELETED  # written ahead, then closed out
+
+
+def test_a_refused_job_fails_the_task_with_job_submit_failed_and_deletes_the_pool(
+    services: Services, db_url: str, emulator: EmulatorServer
+) -> None:
+    inject_fault(emulator, "POST", r"/jobs$", 403, "admission webhook denied the request")
+    submit(db_url, "t-denied", "alice", "2x2")
+    finished(services, "t-denied")
+    task = task_of(services, "t-denied")
+    assert task.status is Status.FAILED and task.reason is Reason.JOB_SUBMIT_FAILED
+    assert "admission webhook denied" in task.message
+    assert emulator_counters(emulator)["nodePoolsDeleted"] == 1
+
+
+def test_gke_busy_and_rate_limits_are_retried_not_failed(
+    services: Services, db_url: str, emulator: EmulatorServer
+) -> None:
+    import httpx
+
+    rules = [
+        {
+            "method": "POST",
+            "pathRegex": r"/nodePools$",
+            "status": 429,
+            "message": "Too many operations",
+            "times": 2,
+        }
+    ]
+    httpx.post(f"{emulator.url}/emulator/faults", json={"rules": rules}).raise_for_status()
+    submit(db_url, "t-busy", "alice", "2x2")
+    finished(services, "t-busy")
+    assert task_of(services, "t-busy").status is Status.SUCCEEDED
