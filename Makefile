@@ -22,13 +22,15 @@ system-deps:
 demo: install
 	$(BIN)/falcon demo $(if $(KEEP),--keep-running,)
 
-test: install system-deps
+test: install system-deps lint
 	$(BIN)/pytest -q
 
+# Style, types (mypy --strict on both packages) and the layering contracts in .importlinter.
 lint: install
-	$(BIN)/ruff check src tests flows benchmarks
-	$(BIN)/ruff format --check src tests flows benchmarks
+	$(BIN)/ruff check src tests flows blocks benchmarks
+	$(BIN)/ruff format --check src tests flows blocks benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: install
 	$(BIN)/python benchmarks/bench_scheduling.py

@@ -19,7 +19,6 @@ TOPO = Placement.TPU_TOPOLOGY
 POLICY = Placement.WORKLOAD_POLICY
 
 
-
 def row(
     tpu_type: str,
     topology: str,
