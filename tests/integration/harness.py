@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 
@@ -16,6 +17,8 @@ from falcon.domain.status import TERMINAL
 from falcon.services.context import Services, utc_now
 from falcon.services.dispatching import Dispatcher
 from falcon_emulator.server import EmulatorServer
+
+ROOT = Path(__file__).resolve().parents[2]
 
 EMULATOR = {
     "nodePoolProvisionSeconds": 0.5,
