@@ -63,6 +63,6 @@ class Dispatcher:
         report.ended = reconcile.follow_running(self.services)
         report.started = reconcile.supervise_runs(self.services, self.launcher, self.slots)
         report.reaped = reconcile.reap_idle_pools(self.services)
-        with self.services.db() as session:
-            queues = set(repo.last_actors(session))
+        with self.services.db() as session:  # every queue that was ever picked or has waiters
+            queues = set(repo.last_actors(session)) | set(repo.waiting_by_queue(session))
         report.repaired = reconcile.repair_slots(self.services, self.slots, queues)
