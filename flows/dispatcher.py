@@ -24,16 +24,17 @@ def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = No
     settings = get_settings()
     logger = get_run_logger()
     loop = Dispatcher(Services(settings, gateways()), slots, DeploymentLauncher())
+    period = tick_seconds or settings.tick_seconds
     deadline = time.monotonic() + (run_seconds or settings.dispatcher_run_seconds)
     ticks = 0
-    while time.monotonic() < deadline:
+    while (started := time.monotonic()) < deadline:
         try:
             report = loop.tick()
             if report:
                 logger.info("event=tick %s", report)
         except Exception:
             logger.exception("event=tick_failed")
-            time.sleep(min(5.0, settings.tick_seconds * 4))
+            time.sleep(min(5.0, period * 4))
         ticks += 1
-        time.sleep(tick_seconds or settings.tick_seconds)
+        time.sleep(max(0.0, started + period - time.monotonic()))  # a tick starts every period
     return ticks

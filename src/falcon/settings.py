@@ -40,6 +40,9 @@ class Settings(BaseSettings):
         description="one dispatcher flow run loops this long, then the next run takes over",
     )
     intake_batch: int = Field(default=500, gt=0)
+    queue_refresh_seconds: float = Field(
+        default=30.0, gt=0, description="how often the dispatcher re-reads all waiting tasks (safety net)"
+    )
 
     # -- queue slots (Prefect global concurrency limits)
     slot_lease_seconds: int = Field(default=300, ge=60, le=86400)

@@ -58,20 +58,43 @@ def test_compare_and_set_loses_to_an_upstream_abort(db_url: str) -> None:
         assert repo.get_task(s, "t1").status is Status.ABORTING  # type: ignore[union-attr]
 
 
-def test_waiting_tasks_are_grouped_by_queue_and_messages_written_only_when_changed(db_url: str) -> None:
+def test_waiting_tasks_are_grouped_by_queue_and_messages_land_only_on_waiting_rows(db_url: str) -> None:
     queue = QueueKey("c1", "2x4")
-    for i, actor in enumerate(["alice", "bob"]):
+    for i, actor in enumerate(["alice", "bob", "carol"]):
         _insert(db_url, f"t{i}", actor, T0 + timedelta(seconds=i))
         with session_scope(db_url) as s:
             repo.update_task(s, f"t{i}", [Status.PENDING], T0, reason=Reason.WAITING, cluster_id="c1")
             repo.start_progress(s, f"t{i}", repo.Phase.WAITING, T0, queue)
     with session_scope(db_url) as s:
-        waiting = repo.waiting_by_queue(s)
-        assert [w.task_id for w in waiting[queue]] == ["t0", "t1"]
-        assert repo.set_messages(s, {"t0": "m0", "t1": "m1"}, T0) == 2
+        repo.update_task(s, "t2", [Status.PENDING], T0, status=Status.ABORTING)  # upstream, meanwhile
     with session_scope(db_url) as s:
-        assert repo.set_messages(s, {"t0": "m0", "t1": "changed"}, T0) == 1
-        assert repo.queue_lengths(s) == {queue: 2}
+        assert [w.task_id for w in repo.waiting_by_queue(s)[queue]] == ["t0", "t1"]
+        assert repo.waiting_count(s, queue) == 2
+        repo.set_messages(s, {"t0": "m0", "t1": "m1", "t2": "not for an aborting row"}, T0)
+    with session_scope(db_url) as s:
+        rows = {r.task.task_id: r.message for r in repo.waiting_rows(s)}
+        assert rows == {"t0": "m0", "t1": "m1"}
+        assert repo.get_task(s, "t2").message is None  # type: ignore[union-attr]
+        assert repo.queue_lengths(s) == {queue: 3}
+
+
+def test_messages_are_written_in_batches_larger_than_one_statement(db_url: str) -> None:
+    queue = QueueKey("c1", "2x4")
+    n = repo.MESSAGE_BATCH + 7
+    with session_scope(db_url) as s:
+        for i in range(n):
+            repo.insert_task(
+                s, task_id=f"b{i}", actor="a", name="n", tpu_type="v6e", spec={}, timeout_seconds=None, now=T0
+            )
+    with session_scope(db_url) as s:
+        for i in range(n):
+            repo.update_task(s, f"b{i}", [Status.PENDING], T0, reason=Reason.WAITING)
+            repo.start_progress(s, f"b{i}", repo.Phase.WAITING, T0, queue)
+    with session_scope(db_url) as s:
+        repo.set_messages(s, {f"b{i}": f"#{i + 1}" for i in range(n)}, T0)
+    with session_scope(db_url) as s:
+        rows = {r.task.task_id: r.message for r in repo.waiting_rows(s)}
+    assert rows == {f"b{i}": f"#{i + 1}" for i in range(n)}
 
 
 def test_an_idle_pool_is_claimed_by_exactly_one_task(db_url: str) -> None:

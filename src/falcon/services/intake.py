@@ -16,14 +16,14 @@ from falcon.adapters.db import repository as repo
 from falcon.domain.errors import InvalidSpecError
 from falcon.domain.messages import Locale, MessageKey, render
 from falcon.domain.model import QueueKey, Task, TaskSpec
-from falcon.domain.scheduling import ClusterLoad, choose_cluster
+from falcon.domain.scheduling import ClusterLoad, WaitingTask, choose_cluster
 from falcon.domain.status import Reason, Status
 from falcon.domain.topology import resolve_shape
 
 
 @dataclass
 class IntakeReport:
-    queued: list[str] = field(default_factory=list)
+    queued: list[tuple[QueueKey, WaitingTask]] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
 
 
@@ -62,7 +62,7 @@ def take_in(session: Session, now: datetime, locale: Locale, batch: int) -> Inta
         ):
             repo.start_progress(session, task.id, repo.Phase.WAITING, now, queue)
             loads = _count_one_more(loads, queue)
-            report.queued.append(task.id)
+            report.queued.append((queue, WaitingTask(task.id, task.actor, task.name, task.created_at)))
     return report
 
 

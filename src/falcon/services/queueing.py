@@ -1,13 +1,16 @@
 """Phase 2 of the design: when a queue's slot is free, pick its next task and start acquiring.
 
-Snapshot → decide → act → record, in one pass over all queues: read every waiting task in one
-query, let the pure pick rule choose, take the queue's slot, write the pick, then refresh every
-waiting task's position Message (only rows whose text changed are written).
+The dispatcher is the only writer of waiting tasks (intake adds them, picks and aborts remove
+them; no other step touches them), so it keeps them in a ``QueueBook`` in memory instead of
+re-reading every waiting row each tick. The book is reloaded from the database at start and
+every ``queue_refresh_seconds`` as a safety net. A pass then costs one small query (which queues
+are acquiring) plus writes for the Messages that actually changed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy.orm import Session
@@ -28,53 +31,88 @@ class Pick:
     attempt: int
 
 
-def schedule(session: Session, slots: Slots, now: datetime, locale: Locale, lease_seconds: int) -> list[Pick]:
-    waiting = repo.waiting_by_queue(session)
+@dataclass
+class QueueBook:
+    """Waiting tasks per queue, the round-robin state, and the Messages last written."""
+
+    waiting: dict[QueueKey, list[WaitingTask]] = field(default_factory=dict)
+    last_actor: dict[QueueKey, str] = field(default_factory=dict)
+    written: dict[str, str | None] = field(default_factory=dict)
+    dirty: set[QueueKey] = field(default_factory=set)
+    loaded: bool = False
+
+    def load(self, session: Session) -> None:
+        self.waiting.clear()
+        self.written.clear()
+        for row in repo.waiting_rows(session):
+            self.waiting.setdefault(row.queue, []).append(row.task)
+            self.written[row.task.task_id] = row.message
+        self.last_actor = repo.last_actors(session)
+        self.dirty = set(self.waiting)
+        self.loaded = True
+
+    def add(self, queue: QueueKey, task: WaitingTask) -> None:
+        self.waiting.setdefault(queue, []).append(task)
+        self.written[task.task_id] = None
+        self.dirty.add(queue)
+
+    def remove(self, task_ids: Iterable[str]) -> None:
+        gone = set(task_ids)
+        for queue, tasks in self.waiting.items():
+            kept = [t for t in tasks if t.task_id not in gone]
+            if len(kept) != len(tasks):
+                self.waiting[queue] = kept
+                self.dirty.add(queue)
+        for task_id in gone:
+            self.written.pop(task_id, None)
+
+    def counts(self) -> dict[QueueKey, int]:
+        return {queue: len(tasks) for queue, tasks in self.waiting.items() if tasks}
+
+
+@dataclass
+class ScheduleResult:
+    picks: list[Pick] = field(default_factory=list)
+    slot_held: list[QueueKey] = field(default_factory=list)  # free in the database, held in Prefect
+    messages_written: int = 0
+
+
+def schedule(
+    session: Session, book: QueueBook, slots: Slots, now: datetime, locale: Locale, lease_seconds: int
+) -> ScheduleResult:
+    result = ScheduleResult()
     busy = {p.queue for p in repo.progress_in(session, [repo.Phase.ACQUIRING])}
-    last = repo.last_actors(session)
-    picks: list[Pick] = []
-    messages: dict[str, str] = {}
-    for queue, tasks in waiting.items():
-        if queue not in busy:
-            pick = _pick_one(session, slots, queue, tasks, last.get(queue), now, locale, lease_seconds)
-            if pick is not None:
-                picks.append(pick)
-                last[queue] = next(t.actor for t in tasks if t.task_id == pick.task_id)
-                tasks = [t for t in tasks if t.task_id != pick.task_id]
-        messages.update(waiting_messages(tasks, last.get(queue), locale))
-    repo.set_messages(session, messages, now)
-    return picks
+    for queue, tasks in book.waiting.items():
+        if not tasks or queue in busy:
+            continue
+        chosen = pick_next(tasks, book.last_actor.get(queue))
+        if chosen is None:
+            continue
+        slots.ensure_limit(queue.slot_name)
+        lease_id = slots.try_acquire(queue.slot_name, lease_seconds)
+        if lease_id is None:
+            result.slot_held.append(queue)
+            continue
+        pick = _start_acquiring(session, queue, chosen, lease_id, now, locale)
+        if pick is None:
+            slots.release(lease_id)  # aborted between the read and now; the abort pass ends it
+            continue
+        result.picks.append(pick)
+        book.last_actor[queue] = chosen.actor
+    book.remove(p.task_id for p in result.picks)
+    result.messages_written = _refresh_messages(session, book, now, locale)
+    return result
 
 
-def _pick_one(
-    session: Session,
-    slots: Slots,
-    queue: QueueKey,
-    tasks: list[WaitingTask],
-    last_actor: str | None,
-    now: datetime,
-    locale: Locale,
-    lease_seconds: int,
+def _start_acquiring(
+    session: Session, queue: QueueKey, chosen: WaitingTask, lease_id: str, now: datetime, locale: Locale
 ) -> Pick | None:
-    chosen = pick_next(tasks, last_actor)
-    if chosen is None:
-        return None
-    slots.ensure_limit(queue.slot_name)
-    lease_id = slots.try_acquire(queue.slot_name, lease_seconds)
-    if lease_id is None:
-        return None  # held by a run the database does not know of; repair_slots frees it
     progress = repo.get_progress(session, chosen.task_id)
     attempt = (progress.attempt if progress else 0) + 1
-    moved = repo.update_task(
-        session,
-        chosen.task_id,
-        [Status.PENDING],
-        now,
-        reason=Reason.PROVISIONING,
-        message=render(MessageKey.PROVISIONING_STARTED, locale),
-    )
-    if not moved:  # aborted between the read and now
-        slots.release(lease_id)
+    message = render(MessageKey.PROVISIONING_STARTED, locale)
+    if not repo.update_task(
+        session, chosen.task_id, [Status.PENDING], now, reason=Reason.PROVISIONING, message=message
+    ):
         return None
     repo.update_progress(
         session,
@@ -88,3 +126,18 @@ def _pick_one(
     )
     repo.record_pick(session, queue, chosen.actor, now)
     return Pick(chosen.task_id, queue, lease_id, attempt)
+
+
+def _refresh_messages(session: Session, book: QueueBook, now: datetime, locale: Locale) -> int:
+    changed: dict[str, str] = {}
+    for queue in book.dirty:
+        for task_id, text in waiting_messages(
+            book.waiting.get(queue, []), book.last_actor.get(queue), locale
+        ).items():
+            if book.written.get(task_id) != text:
+                changed[task_id] = text
+    book.dirty.clear()
+    if changed:
+        repo.set_messages(session, changed, now)
+        book.written.update(changed)
+    return len(changed)

@@ -161,24 +161,11 @@ def _restart_acquire(services: Services, launcher: Launcher, slots: Slots, p: re
         )
 
 
-def repair_slots(services: Services, slots: Slots, queues: set[QueueKey]) -> list[str]:
-    """A queue slot held while no task of that queue is acquiring is a leak: free it."""
-    with services.db() as session:
-        acquiring = {p.queue for p in repo.progress_in(session, [repo.Phase.ACQUIRING])}
-    repaired = []
-    for queue in queues - acquiring:
-        if slots.active_slots(queue.slot_name) > 0:
-            slots.reset(queue.slot_name)
-            repaired.append(queue.slot_name)
-    return repaired
-
-
-def reap_idle_pools(services: Services) -> list[str]:
+def reap_idle_pools(services: Services, waiting: dict[QueueKey, int]) -> list[str]:
     """Delete kept pools nobody took within the grace period (design §5: never kept forever)."""
     now = services.clock()
     with services.db() as session:
         idle = repo.pools_in(session, [repo.PoolState.IDLE])
-        waiting = {q: len(t) for q, t in repo.waiting_by_queue(session).items()}
         clusters = {c.id: c for c in repo.list_clusters(session)}
     candidates = [IdlePool(p.cluster_id, p.name, p.topology, p.idle_since or now) for p in idle]
     reaped = []

@@ -85,7 +85,7 @@ def keep_or_delete_pool(
     """Hand the pool to the queue's next task, or delete it; returns a deletion error, if any."""
     now = services.clock()
     with services.db() as session:
-        waiting = len(repo.waiting_by_queue(session).get(queue, []))
+        waiting = repo.waiting_count(session, queue)
         if keep_pool_after_task(waiting):
             kept = repo.update_pool(
                 session,

@@ -162,4 +162,7 @@ class TaskProgressRow(Base):
     outcome_message: Mapped[str | None] = mapped_column(sa.Text)
     updated_at: Mapped[datetime]
 
-    __table_args__ = (sa.Index("ix_falcon_task_progress__phase", "phase"),)
+    __table_args__ = (
+        sa.Index("ix_falcon_task_progress__phase", "phase"),
+        sa.Index("ix_falcon_task_progress__cluster_id__topology__phase", "cluster_id", "topology", "phase"),
+    )

@@ -193,31 +193,26 @@ def update_task(
     return bool(getattr(result, "rowcount", 0))
 
 
+MESSAGE_BATCH = 500  # rows per UPDATE ... CASE statement
+
+
 def set_messages(session: Session, messages: dict[str, str], now: datetime) -> int:
-    """Refresh Waiting messages; only rows still Pending/Waiting whose text changed are written."""
-    if not messages:
-        return 0
-    rows = session.execute(sa.select(JobRow.id, JobRow.message).where(JobRow.id.in_(list(messages))))
-    current = {task_id: message for task_id, message in rows}
-    changed = [
-        {"b_id": task_id, "b_message": text}
-        for task_id, text in messages.items()
-        if current.get(task_id) != text
-    ]
-    if not changed:
-        return 0
-    job = cast(sa.Table, JobRow.__table__)  # Core statement: an executemany over many rows in one round trip
-    session.execute(
-        sa.update(job)
-        .where(
-            job.c.id == sa.bindparam("b_id"),
-            job.c.status == Status.PENDING.value,
-            job.c.reason == Reason.WAITING.value,
+    """Write Waiting messages, a batch of rows per statement (PyMySQL's executemany would send
+    one UPDATE per row). Only rows still Pending/Waiting are touched. Returns rows written."""
+    job = cast(sa.Table, JobRow.__table__)
+    items = list(messages.items())
+    for start in range(0, len(items), MESSAGE_BATCH):
+        batch = dict(items[start : start + MESSAGE_BATCH])
+        session.execute(
+            sa.update(job)
+            .where(
+                job.c.id.in_(list(batch)),
+                job.c.status == Status.PENDING.value,
+                job.c.reason == Reason.WAITING.value,
+            )
+            .values(message=sa.case(batch, value=job.c.id), updated_at=now)
         )
-        .values(message=sa.bindparam("b_message"), updated_at=now),
-        changed,
-    )
-    return len(changed)
+    return len(items)
 
 
 def aborting_tasks(session: Session) -> list[tuple[Task, str | None]]:
@@ -307,8 +302,15 @@ def update_progress(
     return bool(getattr(result, "rowcount", 0))
 
 
-def waiting_by_queue(session: Session) -> dict[QueueKey, list[WaitingTask]]:
-    """Every waiting task, grouped by queue: one indexed query, whatever the number of queues."""
+@dataclass(frozen=True)
+class WaitingRow:
+    queue: QueueKey
+    task: WaitingTask
+    message: str | None
+
+
+def waiting_rows(session: Session) -> list[WaitingRow]:
+    """Every waiting task with its queue and current message: one indexed query."""
     query = (
         sa.select(
             TaskProgressRow.cluster_id,
@@ -317,15 +319,40 @@ def waiting_by_queue(session: Session) -> dict[QueueKey, list[WaitingTask]]:
             JobRow.actor,
             JobRow.name,
             JobRow.created_at,
+            JobRow.message,
         )
         .join(JobRow, JobRow.id == TaskProgressRow.task_id)
         .where(TaskProgressRow.phase == Phase.WAITING, JobRow.status == Status.PENDING.value)
     )
+    return [
+        WaitingRow(
+            QueueKey(cluster_id or "", topology or ""), WaitingTask(task_id, actor, name, created), message
+        )
+        for cluster_id, topology, task_id, actor, name, created, message in session.execute(query)
+    ]
+
+
+def waiting_by_queue(session: Session) -> dict[QueueKey, list[WaitingTask]]:
     queues: dict[QueueKey, list[WaitingTask]] = {}
-    for cluster_id, topology, task_id, actor, name, created_at in session.execute(query):
-        key = QueueKey(cluster_id or "", topology or "")
-        queues.setdefault(key, []).append(WaitingTask(task_id, actor, name, created_at))
+    for row in waiting_rows(session):
+        queues.setdefault(row.queue, []).append(row.task)
     return queues
+
+
+def waiting_count(session: Session, queue: QueueKey) -> int:
+    """Tasks waiting in one queue: what keep-or-delete asks when a task ends."""
+    query = (
+        sa.select(sa.func.count())
+        .select_from(TaskProgressRow)
+        .join(JobRow, JobRow.id == TaskProgressRow.task_id)
+        .where(
+            TaskProgressRow.cluster_id == queue.cluster_id,
+            TaskProgressRow.topology == queue.topology,
+            TaskProgressRow.phase == Phase.WAITING,
+            JobRow.status == Status.PENDING.value,
+        )
+    )
+    return int(session.scalar(query) or 0)
 
 
 def queue_lengths(session: Session) -> dict[QueueKey, int]:
