@@ -37,8 +37,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -50,10 +49,9 @@ from falcon.adapters.db import repository as repo
 from falcon.adapters.db.migrate import upgrade
 from falcon.adapters.db.orm import JobRow
 from falcon.adapters.db.session import session_scope
-from falcon.domain.model import Cluster, ClusterStatus
 from falcon.domain.scheduling import waiting_messages
 from falcon.domain.status import Reason, Status
-from falcon.local import DEMO_CLUSTERS, PROJECT_DIR, emulator, free_port, prefect_server
+from falcon.local import emulator, free_port, prefect_server, register_demo_clusters, served_stack
 from falcon.services.context import utc_now
 from falcon.settings import get_settings
 
@@ -66,57 +64,6 @@ PREFIX = "pickup-"
 
 
 # --- the stack ----------------------------------------------------------------------------------
-
-
-def register_clusters(url: str) -> None:
-    with session_scope(url) as session:
-        for i, (name, project, location, reservation, zone, bucket) in enumerate(DEMO_CLUSTERS):
-            if repo.find_cluster(session, name, project, location) is None:
-                cluster = Cluster(
-                    f"00000000-0000-0000-0000-00000000000{i + 1}",
-                    name,
-                    project,
-                    location,
-                    "v6e",
-                    bucket,
-                    reservation,
-                    ClusterStatus.ACTIVE,
-                    "falcon-jobs",
-                    zone,
-                )
-                repo.add_cluster(session, cluster, utc_now())
-
-
-@contextmanager
-def falcon_local(home: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """`falcon local` in its own process group; SIGINT then SIGKILL the whole group on exit."""
-    log = (home / "local.log").open("ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "falcon.cli", "local"],
-        env={**os.environ},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        cwd=PROJECT_DIR,
-    )
-    try:
-        yield proc
-    finally:
-        _stop_group(proc)
-        log.close()
-
-
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        pass
-    except ProcessLookupError:
-        return
-    with suppress(ProcessLookupError):  # flow-run subprocesses may outlive the parent: kill the group
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(10)
 
 
 # --- inserting and observing --------------------------------------------------------------------
@@ -317,13 +264,13 @@ def main() -> int:
         started = time.monotonic()
         stack.enter_context(prefect_server(home / "prefect"))
         stack.enter_context(emulator(None, free_port(), home / "emulator"))
-        register_clusters(url)
+        register_demo_clusters()
         print(f"FALCON_HOME={home}  db={args.db}  stack up in {time.monotonic() - started:.1f}s", flush=True)
         poller = Poller(url)
         poller.start()
         stack.callback(poller.stop)
         launched = time.monotonic()
-        runner = stack.enter_context(falcon_local(home))
+        runner = stack.enter_context(served_stack(home))
         warm = f"{PREFIX}warmup"
         insert(url, warm, "warmup", "4x4")
         wait_for(poller, warm, runner, 180)

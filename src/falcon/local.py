@@ -6,6 +6,7 @@ submits sample tasks across two clusters and waits for them to finish.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -188,8 +189,8 @@ def run_demo(keep_running: bool, count: int) -> int:
     with ExitStack() as stack:
         url = stack.enter_context(prefect_server(home / "prefect"))
         emu = stack.enter_context(emulator(None, free_port(), home / "emulator"))
-        _register_demo_clusters()
-        runner = stack.enter_context(_local_subprocess(home))
+        register_demo_clusters()
+        runner = stack.enter_context(served_stack(home))
         ids = _submit_demo_tasks(count)
         print(f"Prefect UI: {url.removesuffix('/api')}   emulator: {emu}", flush=True)
         print(f"watch progress: FALCON_HOME={home} falcon task list", flush=True)
@@ -203,30 +204,30 @@ def run_demo(keep_running: bool, count: int) -> int:
     return 0 if ok else 1
 
 
-def _register_demo_clusters() -> None:
+def register_demo_clusters() -> None:
+    """The two clusters of the emulator's built-in config, both offering v6e."""
     with session_scope(get_settings().resolved_database_url) as session:
         for i, (name, project, location, reservation, zone, bucket) in enumerate(DEMO_CLUSTERS):
             if repo.find_cluster(session, name, project, location) is None:
-                repo.add_cluster(
-                    session,
-                    Cluster(
-                        f"00000000-0000-0000-0000-00000000000{i + 1}",
-                        name,
-                        project,
-                        location,
-                        "v6e",
-                        bucket,
-                        reservation,
-                        ClusterStatus.ACTIVE,
-                        "falcon-jobs",
-                        zone,
-                    ),
-                    utc_now(),
+                cluster = Cluster(
+                    f"00000000-0000-0000-0000-00000000000{i + 1}",
+                    name,
+                    project,
+                    location,
+                    "v6e",
+                    bucket,
+                    reservation,
+                    ClusterStatus.ACTIVE,
+                    "falcon-jobs",
+                    zone,
                 )
+                repo.add_cluster(session, cluster, utc_now())
 
 
 @contextmanager
-def _local_subprocess(home: Path) -> Iterator[subprocess.Popen[bytes]]:
+def served_stack(home: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`falcon local` in its own process group, with this process's environment; on exit SIGINT,
+    then SIGKILL the whole group (flow-run subprocesses may outlive the runner)."""
     log = (home / "local.log").open("ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "falcon.cli", "local"],
@@ -239,12 +240,21 @@ def _local_subprocess(home: Path) -> Iterator[subprocess.Popen[bytes]]:
     try:
         yield proc
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        _stop_group(proc)
         log.close()
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        pass
+    except ProcessLookupError:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
 
 
 def _submit_demo_tasks(count: int) -> list[str]:

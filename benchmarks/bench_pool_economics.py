@@ -1,0 +1,679 @@
+"""Node-pool economics of delayed deletion (design §5) against two baselines, on one replayed workload.
+
+Three arms replay the same seeded synthetic workload (benchmarks/workload.py), each through the
+real Dispatcher with its lifecycle and release flows as threads of this process (as the end-to-end
+tests do), against a fresh emulator and a fresh SQLite file, under one ephemeral Prefect API:
+
+* falcon      - Falcon as configured: keep a finished task's pool iff a task of the same
+                (cluster, topology) queue waits; a kept pool nobody takes goes after the grace.
+* delete-each - create-and-delete per task: keep-or-delete forced to "delete".
+* keep-all    - keep every pool forever: keep-or-delete forced to "keep", kept-pool grace ~infinite;
+                Falcon's own reuse path then hands any idle pool of the queue to the next task.
+
+The two baselines are made by monkeypatching ``falcon.services.release.keep_pool_after_task`` in
+this process (the policy seam; it is the edge of the experiment) and, for keep-all, by setting
+FALCON_KEPT_POOL_GRACE_SECONDS. Nothing else differs between the arms.
+
+Measured, per arm:
+* node pools created: the emulator's counters (``GET /emulator/state``), split by mode from the DB;
+* node-seconds by what the node was doing, integrated from our own poll (every --sample seconds)
+  of ``/emulator/state`` and of each cluster's pod list: *provisioning* (the pool's create operation
+  runs, or a flex-start scale-up is pending: the slice's nodes are counted), *busy* (a pod bound to
+  the node is Pending/Running), *idle* (the node exists with no live task pod, including while its
+  pool is being deleted). The emulator keeps only the start time of create/delete operations, not
+  when a pool became RUNNING, when a flex scale-up landed or when a pool disappeared, nor which pod
+  runs where over time, hence the poll. Emulated node-seconds x compression / 3600 = node-hours;
+* submit -> Running: row ``created_at`` to the first poll (every 0.1 s) that sees status Running.
+
+Run: .venv/bin/python benchmarks/bench_pool_economics.py [--tasks 60 --seed 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]  # flows/ and workload.py
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "ERROR")
+os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+import httpx  # noqa: E402
+from sqlalchemy.exc import SQLAlchemyError  # noqa: E402
+from workload import TPU_TYPE, SyntheticTask, WorkloadParams, generate, summary  # noqa: E402
+
+from falcon.adapters.compute import Reservations  # noqa: E402
+from falcon.adapters.db import repository as repo  # noqa: E402
+from falcon.adapters.db.migrate import upgrade  # noqa: E402
+from falcon.adapters.db.session import session_scope  # noqa: E402
+from falcon.bootstrap import Gateways  # noqa: E402
+from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, node_pool_name_for  # noqa: E402
+from falcon.domain.scheduling import ReservationCapacity  # noqa: E402
+from falcon.domain.status import TERMINAL, Status  # noqa: E402
+from falcon.domain.topology import resolve_shape  # noqa: E402
+from falcon.services import release  # noqa: E402
+from falcon.services.context import Services, utc_now  # noqa: E402
+from falcon.services.dispatching import Dispatcher  # noqa: E402
+from falcon.settings import get_settings  # noqa: E402
+from falcon_emulator.config import EmulatorConfig  # noqa: E402
+from falcon_emulator.server import EmulatorServer  # noqa: E402
+
+log = logging.getLogger("bench")
+
+# --- time compression -------------------------------------------------------------------------
+
+PROVISION_SECONDS = 2.0  # emulated create (and delete) of a node pool; real TPU pools take ~5 min
+DEFAULT_COMPRESSION = 150.0  # one emulated second stands for this many real seconds (2 s -> 5 min)
+POD_START_SECONDS = 0.3
+FLEX_DELAY_SECONDS = 2.0
+FALCON_POLL_SECONDS = 0.2  # production 2 s; cannot shrink by the full factor without burning CPU
+FALCON_RECONCILE_SECONDS = 0.3  # production 2 s
+REAL_KEPT_POOL_GRACE = 120  # Falcon's default, real seconds
+FOREVER = 10**9  # seconds: "never" for the keep-all arm's kept-pool grace
+
+RESERVATIONS = {"a": 8, "b": 4}
+RESERVATION, FLEX_START = (
+    ProvisioningMode.RESERVATION,
+    ProvisioningMode.FLEX_START,
+)  # nodes of ct6e-standard-4t reserved per cluster's project
+
+
+def emulator_config() -> dict[str, object]:
+    def project(key: str, location: str) -> dict[str, object]:
+        zone = f"{location}-b"
+        return {
+            "reservations": {
+                f"res-{key}": {"zone": zone, "machineType": "ct6e-standard-4t", "count": RESERVATIONS[key]}
+            },
+            "clusters": {
+                f"edge-{key}": {
+                    "location": location,
+                    "zones": [zone],
+                    "flexStart": {"available": True, "delaySeconds": FLEX_DELAY_SECONDS},
+                }
+            },
+        }
+
+    return {
+        "nodePoolProvisionSeconds": PROVISION_SECONDS,
+        "nodePoolDeleteSeconds": PROVISION_SECONDS,
+        "podStartSeconds": POD_START_SECONDS,
+        "projects": {"proj-a": project("a", "us-east5"), "proj-b": project("b", "us-central1")},
+    }
+
+
+def clusters(arm: str) -> list[Cluster]:
+    """Cluster rows with ids unique per arm: queue slots (Prefect limits) are named after them."""
+    return [
+        Cluster(
+            f"{arm}-{key}",
+            f"edge-{key}",
+            f"proj-{key}",
+            location,
+            TPU_TYPE,
+            f"bucket-{key}",
+            f"res-{key}",
+            ClusterStatus.ACTIVE,
+            "falcon-jobs",
+            f"{location}-b",
+        )
+        for key, location in (("a", "us-east5"), ("b", "us-central1"))
+    ]
+
+
+# --- arms -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    label: str
+    keep_policy: Callable[[int], bool] | None  # replaces release.keep_pool_after_task; None = Falcon's
+    kept_pool_grace_seconds: int
+    keeps_idle_pools: bool  # an idle pool at the end is expected (and not waited for)
+
+
+def arms(compression: float) -> list[Arm]:
+    grace = max(1, round(REAL_KEPT_POOL_GRACE / compression))  # the setting is whole seconds
+    return [
+        Arm("falcon", "Falcon (keep iff a same-queue task waits)", None, grace, False),
+        Arm("delete-each", "baseline 1: create+delete per task", lambda _waiting: False, grace, False),
+        Arm("keep-all", "baseline 2: keep every pool forever", lambda _waiting: True, FOREVER, True),
+    ]
+
+
+@contextlib.contextmanager
+def keep_policy(policy: Callable[[int], bool] | None) -> Iterator[None]:
+    original = release.keep_pool_after_task
+    if policy is not None:
+        release.keep_pool_after_task = policy  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        release.keep_pool_after_task = original  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def reservation_guard(enabled: bool) -> Iterator[None]:
+    """Opt-in, NOT Falcon's behaviour: count Falcon's own reservation pools still being created as
+    in use when reading a reservation's free capacity (GCE counts them only once their VMs exist).
+
+    Without it two queues of one cluster can both see room, create on the reservation, and the
+    later create ends in GCE_STOCKOUT (Falcon then fails the task instead of falling back).
+    """
+    original = Reservations.capacity
+    if not enabled:
+        yield
+        return
+
+    def capacity(self: Reservations, project: str, zone: str, name: str) -> ReservationCapacity:
+        found = original(self, project, zone, name)
+        with session_scope(get_settings().resolved_database_url) as s:
+            creating = repo.pools_in(s, [repo.PoolState.CREATING])
+        pending = sum(
+            resolve_shape(TPU_TYPE, p.topology).nodes
+            for p in creating
+            if p.mode == ProvisioningMode.RESERVATION and p.reservation == name
+        )
+        return ReservationCapacity(found.name, found.count, found.in_use + pending)
+
+    Reservations.capacity = capacity  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Reservations.capacity = original  # type: ignore[method-assign]
+
+
+class ErrorLog(logging.Handler):
+    """Collects Prefect's ERROR records (failed task and flow runs) instead of printing them."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.kinds: Counter[str] = Counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "is not being released" in text:
+            kind = "release run found the task already released (FalconError: not being released)"
+        elif "GCE_STOCKOUT" in text:
+            kind = "NodePoolFailed: GCE_STOCKOUT on the reservation"
+        else:
+            kind = text.splitlines()[0][:150]
+        self.kinds[f"{record.name}: {kind}"] += 1
+
+    def take(self) -> Counter[str]:
+        kinds, self.kinds = self.kinds, Counter()
+        return kinds
+
+
+# --- the poll of the emulator -----------------------------------------------------------------
+
+LIVE_POD_PHASES = {"Pending", "Running"}
+ALL_POOL_STATES = (
+    repo.PoolState.CREATING,
+    repo.PoolState.IN_USE,
+    repo.PoolState.IDLE,
+    repo.PoolState.DELETING,
+    repo.PoolState.DELETED,
+)
+
+
+@dataclass
+class NodeSeconds:
+    provisioning: float = 0.0
+    busy: float = 0.0
+    idle: float = 0.0  # all of the three below
+    kept: float = 0.0  # Falcon's pool state is idle: kept for (or waiting to be claimed by) a task
+    ended: float = 0.0  # the task's pod has ended; release has not yet deleted the Job / the pool
+    to_delete: float = 0.0  # Falcon marked the pool deleting; GKE has not started the delete yet
+    deleting: float = 0.0  # the pool's delete operation runs
+    no_pod_yet: float = 0.0  # held by a task whose pod is not on the node yet
+
+    def add(self, other: NodeSeconds, dt: float) -> None:
+        self.provisioning += other.provisioning * dt
+        self.busy += other.busy * dt
+        self.idle += other.idle * dt
+        self.kept += other.kept * dt
+        self.ended += other.ended * dt
+        self.to_delete += other.to_delete * dt
+        self.deleting += other.deleting * dt
+        self.no_pod_yet += other.no_pod_yet * dt
+
+    @property
+    def total(self) -> float:
+        return self.provisioning + self.busy + self.idle
+
+
+class Monitor(threading.Thread):
+    """Polls the emulator and integrates node-seconds by state (left Riemann sum over the samples)."""
+
+    def __init__(self, url: str, db_url: str, slice_nodes: dict[str, int], interval: float) -> None:
+        super().__init__(daemon=True, name="bench-monitor")
+        self.url, self.db_url, self.slice_nodes, self.interval = url, db_url, slice_nodes, interval
+        self.totals = NodeSeconds()
+        self.samples = 0
+        self.errors = 0
+        self.unknown_pools: set[str] = set()
+        self.peak_nodes = 0
+        self.last_state: dict[str, object] = {}
+        self._halt = threading.Event()
+        self._recording = threading.Event()
+        self._client = httpx.Client(base_url=url, timeout=5.0)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=10)
+        self._client.close()
+
+    def run(self) -> None:
+        previous: tuple[float, NodeSeconds] | None = None
+        while not self._halt.is_set():
+            try:
+                counts = self.sample()
+            except (httpx.HTTPError, ValueError, KeyError, SQLAlchemyError):
+                self.errors += 1
+                time.sleep(self.interval)
+                continue
+            now = time.monotonic()
+            if previous is not None:
+                self.totals.add(previous[1], now - previous[0])
+            previous = (now, counts)
+            self.samples += 1
+            time.sleep(self.interval)
+
+    def sample(self) -> NodeSeconds:
+        state = self._client.get("/emulator/state").json()
+        with session_scope(self.db_url) as s:
+            db_state = {p.name: p.state for p in repo.pools_in(s, list(ALL_POOL_STATES))}
+        counts = NodeSeconds()
+        nodes_now = 0
+        for cluster in state["clusters"]:
+            pods = self._client.get(f"{cluster['k8sPath']}/api/v1/pods").json().get("items", [])
+            busy_nodes = {
+                p["spec"].get("nodeName")
+                for p in pods
+                if p.get("status", {}).get("phase") in LIVE_POD_PHASES and p["spec"].get("nodeName")
+            }
+            ended_nodes = {p["spec"].get("nodeName") for p in pods if p["spec"].get("nodeName")} - busy_nodes
+            for pool in cluster["nodePools"]:
+                if pool["status"] == "PROVISIONING" or pool["scaleUpPending"]:
+                    counts.provisioning += self._slice(pool)
+                elif pool["status"] == "STOPPING":
+                    counts.idle += pool["nodeCount"]
+                    counts.deleting += pool["nodeCount"]
+                else:
+                    for node in pool["nodes"]:
+                        if node in busy_nodes:
+                            counts.busy += 1
+                        else:
+                            counts.idle += 1
+                            falcon_state = db_state.get(str(pool["name"]))
+                            if falcon_state == repo.PoolState.IDLE:
+                                counts.kept += 1
+                            elif falcon_state in (repo.PoolState.DELETING, repo.PoolState.DELETED):
+                                counts.to_delete += 1
+                            elif node in ended_nodes:
+                                counts.ended += 1
+                            else:
+                                counts.no_pod_yet += 1
+                nodes_now += pool["nodeCount"]
+        self.peak_nodes = max(self.peak_nodes, nodes_now)
+        self.last_state = state
+        return counts
+
+    def _slice(self, pool: dict[str, object]) -> int:
+        name = str(pool["name"])
+        if name not in self.slice_nodes:
+            self.unknown_pools.add(name)
+            return max(1, int(pool["nodeCount"]))  # type: ignore[call-overload]
+        return self.slice_nodes[name]
+
+
+# --- one arm ----------------------------------------------------------------------------------
+
+
+@dataclass
+class ArmResult:
+    arm: Arm
+    statuses: Counter[str] = field(default_factory=Counter)
+    pools_created: int = 0
+    pools_deleted: int = 0
+    pools_by_mode: Counter[str] = field(default_factory=Counter)
+    reused: int = 0  # tasks that ran on a pool another task created
+    pools_left: int = 0
+    nodes_left: int = 0
+    node_seconds: NodeSeconds = field(default_factory=NodeSeconds)
+    to_running: list[float] = field(default_factory=list)  # emulated seconds, per task that ran
+    never_running: int = 0
+    failed_on_inherited_pool: int = 0  # did not succeed, on a pool another task had created
+    errors: Counter[str] = field(default_factory=Counter)  # Prefect ERROR logs, by kind
+    failures: list[str] = field(default_factory=list)  # "task: Reason: message" of tasks that did not succeed
+    wall_seconds: float = 0.0
+    tick_errors: int = 0
+    monitor_samples: int = 0
+    monitor_errors: int = 0
+    peak_nodes: int = 0
+    unknown_pools: int = 0
+
+
+def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Path, guard: bool) -> ArmResult:
+    from flows.lifecycle import task_lifecycle, task_release
+
+    from falcon.adapters import slots
+    from falcon.adapters.runs import InProcessLauncher
+
+    db_url = f"sqlite:///{work / 'falcon.db'}"
+    upgrade(db_url)
+    result = ArmResult(arm)
+    config = EmulatorConfig.from_dict(emulator_config())
+    slice_nodes = {node_pool_name_for(t.task_id, t.topology): t.nodes for t in tasks}
+    with (
+        EmulatorServer(config, work / "emu") as emulator,
+        keep_policy(arm.keep_policy),
+        reservation_guard(guard),
+    ):
+        os.environ.update(
+            FALCON_HOME=str(work),
+            FALCON_DATABASE_URL=db_url,
+            FALCON_EMULATOR_URL=emulator.url,
+            FALCON_POLL_SECONDS=str(FALCON_POLL_SECONDS),
+            FALCON_RECONCILE_SECONDS=str(FALCON_RECONCILE_SECONDS),
+            FALCON_KEPT_POOL_GRACE_SECONDS=str(arm.kept_pool_grace_seconds),
+            FALCON_MESSAGE_LOCALE="en",
+        )
+        get_settings.cache_clear()
+        settings = get_settings()
+        services = Services(settings, Gateways(settings))
+        with services.db() as s:
+            for cluster in clusters(arm.name):
+                repo.add_cluster(s, cluster, utc_now())
+        launcher = InProcessLauncher(task_lifecycle, task_release)
+        dispatcher = Dispatcher(services, slots, launcher)
+        monitor = Monitor(emulator.url, db_url, slice_nodes, sample_seconds)
+        monitor.start()
+
+        running_at: dict[str, datetime] = {}
+        created_at: dict[str, datetime] = {}
+        pending = list(tasks)
+        started = time.monotonic()
+        settled_since: float | None = None
+        deadline = started + 600
+        while time.monotonic() < deadline:
+            elapsed = time.monotonic() - started
+            while pending and pending[0].arrival <= elapsed:
+                submit(services, pending.pop(0), created_at)
+            try:
+                dispatcher.tick()
+            except Exception:
+                result.tick_errors += 1
+                log.exception("dispatcher tick failed")
+            rows = observe(services, running_at)
+            if not pending and all(rows.get(t.task_id) in TERMINAL for t in tasks):
+                if settled(services, monitor, arm):
+                    settled_since = settled_since or time.monotonic()
+                    if time.monotonic() - settled_since >= 2 * sample_seconds:
+                        break
+                else:
+                    settled_since = None
+            time.sleep(0.1)
+        else:
+            log.error("arm %s did not finish within 600 s", arm.name)
+        result.wall_seconds = time.monotonic() - started
+        monitor.stop()
+        launcher.join(5)
+
+        state = httpx.get(f"{emulator.url}/emulator/state").json()
+        for cluster in state["clusters"]:
+            result.pools_created += cluster["counters"]["nodePoolsCreated"]
+            result.pools_deleted += cluster["counters"]["nodePoolsDeleted"]
+            result.pools_left += len(cluster["nodePools"])
+            result.nodes_left += sum(p["nodeCount"] for p in cluster["nodePools"])
+        with services.db() as s:
+            rows_by_id = {t.id: t for t in repo.list_tasks(s, 10_000)}
+            all_pools = repo.pools_in(s, list(ALL_POOL_STATES))
+        result.pools_by_mode = Counter(p.mode for p in all_pools)
+        topology = {t.task_id: t.topology for t in tasks}
+        for task_id, row in rows_by_id.items():
+            result.statuses[row.status.value] += 1
+            own = node_pool_name_for(task_id, topology[task_id])
+            if row.status is not Status.SUCCEEDED:
+                reason = row.reason.value if row.reason else "-"
+                result.failures.append(
+                    f"{task_id} {row.status.value}/{reason} on {row.node_pool_name}: {row.message}"
+                )
+                if row.node_pool_name and row.node_pool_name != own:
+                    result.failed_on_inherited_pool += 1
+            if task_id in running_at and row.node_pool_name and row.node_pool_name != own:
+                result.reused += 1
+            if task_id in running_at:
+                result.to_running.append((running_at[task_id] - created_at[task_id]).total_seconds())
+            else:
+                result.never_running += 1
+        result.node_seconds = monitor.totals
+        result.monitor_samples, result.monitor_errors = monitor.samples, monitor.errors
+        result.peak_nodes, result.unknown_pools = monitor.peak_nodes, len(monitor.unknown_pools)
+    return result
+
+
+def submit(services: Services, task: SyntheticTask, created_at: dict[str, datetime]) -> None:
+    """What upstream does: insert a Pending row (created_at = now)."""
+    spec = {
+        "image": "trainer:1",
+        "command": ["python", "train.py"],
+        "topology": task.topology,
+        "env": {"EMULATOR_RUN_SECONDS": str(task.run_seconds)},
+    }
+    now = utc_now()
+    with session_scope(services.settings.resolved_database_url) as s:
+        repo.insert_task(
+            s,
+            task_id=task.task_id,
+            actor=task.actor,
+            name=f"job-{task.task_id}",
+            tpu_type=TPU_TYPE,
+            spec=spec,
+            timeout_seconds=3600,
+            now=now,
+        )
+    created_at[task.task_id] = now
+
+
+def observe(services: Services, running_at: dict[str, datetime]) -> dict[str, Status]:
+    now = utc_now()
+    with services.db() as s:
+        rows = repo.list_tasks(s, 10_000)
+    for row in rows:
+        if row.status is Status.RUNNING and row.id not in running_at:
+            running_at[row.id] = now
+    return {row.id: row.status for row in rows}
+
+
+def settled(services: Services, monitor: Monitor, arm: Arm) -> bool:
+    """Every task is terminal; wait until no pool is being created or deleted and, unless the arm
+    keeps pools forever, every pool is gone."""
+    with services.db() as s:
+        busy = repo.pools_in(s, [repo.PoolState.CREATING, repo.PoolState.IN_USE, repo.PoolState.DELETING])
+        idle = repo.pools_in(s, [repo.PoolState.IDLE])
+    if busy or (idle and not arm.keeps_idle_pools):
+        return False
+    state = monitor.last_state
+    if not state or state.get("operations"):
+        return False
+    return all(
+        p["status"] not in ("PROVISIONING", "STOPPING")
+        for c in state["clusters"]  # type: ignore[attr-defined]
+        for p in c["nodePools"]
+    )
+
+
+# --- report -----------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def report(results: list[ArmResult], tasks: list[SyntheticTask], compression: float) -> str:
+    def hours(seconds: float) -> float:
+        return seconds * compression / 3600
+
+    def minutes(seconds: float) -> float:
+        return seconds * compression / 60
+
+    work = sum(t.run_seconds * t.nodes for t in tasks)
+    rows: list[tuple[str, Callable[[ArmResult], str]]] = [
+        (
+            "tasks Succeeded / other",
+            lambda r: f"{r.statuses['Succeeded']} / {sum(r.statuses.values()) - r.statuses['Succeeded']}",
+        ),
+        ("node pools created", lambda r: str(r.pools_created)),
+        (
+            "  on reservation / flex-start",
+            lambda r: f"{r.pools_by_mode[RESERVATION]} / {r.pools_by_mode[FLEX_START]}",
+        ),
+        ("tasks run on a reused pool", lambda r: str(r.reused)),
+        ("node pools deleted / left at end", lambda r: f"{r.pools_deleted} / {r.pools_left}"),
+        ("node-hours provisioning", lambda r: f"{hours(r.node_seconds.provisioning):.1f}"),
+        ("node-hours busy (task pod on node)", lambda r: f"{hours(r.node_seconds.busy):.1f}"),
+        ("node-hours idle (no task pod)", lambda r: f"{hours(r.node_seconds.idle):.1f}"),
+        ("  kept by Falcon (pool state idle)", lambda r: f"{hours(r.node_seconds.kept):.1f}"),
+        ("  held, task's pod not on it yet", lambda r: f"{hours(r.node_seconds.no_pod_yet):.1f}"),
+        ("  task ended, Job not yet deleted", lambda r: f"{hours(r.node_seconds.ended):.1f}"),
+        ("  marked deleting, GKE not yet", lambda r: f"{hours(r.node_seconds.to_delete):.1f}"),
+        ("  pool being deleted", lambda r: f"{hours(r.node_seconds.deleting):.1f}"),
+        (
+            "node-hours idle + provisioning",
+            lambda r: f"{hours(r.node_seconds.idle + r.node_seconds.provisioning):.1f}",
+        ),
+        ("node-hours total", lambda r: f"{hours(r.node_seconds.total):.1f}"),
+        (
+            "  waste share (idle+prov)/total",
+            lambda r: (
+                f"{(r.node_seconds.idle + r.node_seconds.provisioning) / max(r.node_seconds.total, 1e-9):.0%}"
+            ),
+        ),
+        (
+            "submit -> Running, mean (min)",
+            lambda r: f"{minutes(statistics.fmean(r.to_running)) if r.to_running else float('nan'):.1f}",
+        ),
+        ("submit -> Running, p50 (min)", lambda r: f"{minutes(percentile(r.to_running, 0.5)):.1f}"),
+        ("submit -> Running, p90 (min)", lambda r: f"{minutes(percentile(r.to_running, 0.9)):.1f}"),
+        ("tasks never seen Running", lambda r: str(r.never_running)),
+        ("peak nodes up at once", lambda r: str(r.peak_nodes)),
+        ("makespan, real hours (wall s)", lambda r: f"{hours(r.wall_seconds):.1f} ({r.wall_seconds:.0f} s)"),
+    ]
+    width = max(len(name) for name, _ in rows) + 2
+    col = max(14, *(len(r.arm.name) + 2 for r in results))
+    lines = ["".ljust(width) + "".join(r.arm.name.rjust(col) for r in results)]
+    lines += [name.ljust(width) + "".join(fmt(r).rjust(col) for r in results) for name, fmt in rows]
+    lines.append("")
+    lines.append(f"busy node-hours expected from the workload (run time x slice nodes): {hours(work):.1f}")
+    for r in results:
+        notes = [f"{r.monitor_samples} samples"]
+        if r.monitor_errors:
+            notes.append(f"{r.monitor_errors} failed polls")
+        if r.tick_errors:
+            notes.append(f"{r.tick_errors} failed dispatcher ticks")
+        if r.unknown_pools:
+            notes.append(f"{r.unknown_pools} pools of unknown size")
+        if r.pools_left:
+            notes.append(
+                f"{r.pools_left} pools / {r.nodes_left} nodes still up at the end (idle from then on)"
+            )
+        lines.append(f"{r.arm.name}: {r.arm.label}; " + ", ".join(notes))
+        if r.failed_on_inherited_pool:
+            lines.append(
+                f"    {r.failed_on_inherited_pool} task(s) failed on a pool another task had created"
+            )
+        lines += [f"    not succeeded: {line}" for line in sorted(r.failures)]
+        lines += [f"    logged {n}x {kind}" for kind, n in sorted(r.errors.items())]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--tasks", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--span", type=float, default=90.0, help="emulated seconds of arrivals")
+    parser.add_argument("--compression", type=float, default=DEFAULT_COMPRESSION)
+    parser.add_argument("--sample", type=float, default=0.2, help="emulator poll interval, seconds")
+    parser.add_argument("--arms", default="falcon,delete-each,keep-all")
+    parser.add_argument(
+        "--guard-reservation-race",
+        action="store_true",
+        help="not Falcon's behaviour: count Falcon's reservation pools still being created as in use",
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    params = WorkloadParams(tasks=args.tasks, seed=args.seed, span_seconds=args.span)
+    tasks = generate(params)
+    chosen = [a for a in arms(args.compression) if a.name in args.arms.split(",")]
+    c = args.compression
+    print(f"workload: {params.describe()}")
+    print(f"  {summary(tasks)}")
+    print(
+        f"time compression: 1 emulated s = {c:g} real s. Emulator: node-pool create {PROVISION_SECONDS} s "
+        f"(= {PROVISION_SECONDS * c / 60:.0f} min), delete {PROVISION_SECONDS} s, flex-start scale-up "
+        f"{FLEX_DELAY_SECONDS} s (= {FLEX_DELAY_SECONDS * c / 60:.0f} min), pod start {POD_START_SECONDS} s, "
+        f"one node-pool operation per cluster at a time."
+    )
+    print(
+        f"  Falcon: poll {FALCON_POLL_SECONDS} s, reconcile {FALCON_RECONCILE_SECONDS} s "
+        f"(production 2 s each, i.e. these are {FALCON_POLL_SECONDS * c:.0f} s / "
+        f"{FALCON_RECONCILE_SECONDS * c:.0f} s in real terms), kept-pool grace "
+        f"{chosen[0].kept_pool_grace_seconds if chosen else '-'} s (default {REAL_KEPT_POOL_GRACE} s real)."
+    )
+    print(
+        f"  clusters: edge-a (reservation {RESERVATIONS['a']} nodes), edge-b (reservation "
+        f"{RESERVATIONS['b']} nodes), both v6e with flex-start; node-seconds polled every {args.sample} s."
+    )
+    print(
+        "  baselines are Falcon with release.keep_pool_after_task monkeypatched in-process "
+        "(delete-each: always delete; keep-all: always keep, FALCON_KEPT_POOL_GRACE_SECONDS=1e9)."
+    )
+    sys.stdout.flush()
+
+    from prefect.testing.utilities import prefect_test_harness
+
+    if args.guard_reservation_race:
+        print("  --guard-reservation-race: Falcon's reservation pools still being created count as in use.")
+    results = []
+    errors = ErrorLog()
+    prefect_logger = logging.getLogger("prefect")
+    with prefect_test_harness(server_startup_timeout=120), tempfile.TemporaryDirectory() as tmp:
+        prefect_logger.addHandler(errors)
+        prefect_logger.propagate = False  # failed runs are summarised in the report, not dumped
+        for arm in chosen:
+            print(f"running arm {arm.name} ...", flush=True)
+            work = Path(tmp) / arm.name
+            work.mkdir()
+            result = replay(arm, tasks, args.sample, work, args.guard_reservation_race)
+            result.errors = errors.take()
+            print(f"  done in {result.wall_seconds:.0f} s: {dict(result.statuses)}", flush=True)
+            results.append(result)
+    print()
+    print(report(results, tasks, c))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
