@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     )
     flex_start_idle_seconds: int = Field(default=6 * 3600, gt=0, description="scale-down delay, flex-start")
     kept_pool_grace_seconds: int = Field(default=120, gt=0, description="a kept pool nobody takes is deleted")
+    orphan_scan_seconds: float = Field(
+        default=300.0, gt=0, description="how often GKE is scanned for orphans"
+    )
     poll_seconds: float = Field(default=2.0, gt=0, description="poll interval for GKE operations and pods")
     api_timeout_seconds: float = Field(default=30.0, gt=0)
 

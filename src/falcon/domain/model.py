@@ -119,6 +119,7 @@ class ProvisioningMode(StrEnum):
     FLEX_START = "flex_start"
 
 
+NODE_POOL_PREFIX = "falcon-"  # every pool Falcon creates; the orphan scan looks only at these
 _NAME_UNSAFE = re.compile(r"[^a-z0-9-]+")
 
 
@@ -131,7 +132,7 @@ def node_pool_name_for(task_id: str, topology: str) -> str:
 
     GKE pool names: lowercase, digits and '-', at most 40 characters, starting with a letter.
     """
-    return f"falcon-{topology.lower()}-{_digest(task_id, 10)}"
+    return f"{NODE_POOL_PREFIX}{topology.lower()}-{_digest(task_id, 10)}"
 
 
 def k8s_job_name_for(task_id: str) -> str:

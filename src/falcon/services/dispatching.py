@@ -39,6 +39,7 @@ class TickReport:
     started: list[str] = field(default_factory=list)
     reaped: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return any(getattr(self, f) for f in self.__dataclass_fields__)
@@ -53,6 +54,7 @@ class Dispatcher:
         self._launches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="launch")
         self._last_reconcile = 0.0
         self._last_refresh = 0.0
+        self._last_orphan_scan = 0.0
         self._held_since: dict[QueueKey, float] = {}
 
     def tick(self) -> TickReport:
@@ -115,6 +117,9 @@ class Dispatcher:
         report.ended = reconcile.follow_running(self.services)
         report.started = reconcile.supervise_runs(self.services, self.launcher, self.slots)
         report.reaped = reconcile.reap_idle_pools(self.services, self.book.counts())
+        if time.monotonic() - self._last_orphan_scan >= self.services.settings.orphan_scan_seconds:
+            self._last_orphan_scan = time.monotonic()
+            report.orphans = reconcile.delete_orphan_pools(self.services)
 
 
 def _quietly(step: Callable[[Pick], None], pick: Pick) -> None:

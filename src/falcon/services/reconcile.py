@@ -17,7 +17,7 @@ from falcon.adapters.k8s import JobState
 from falcon.domain.errors import FalconError, NotFoundError
 from falcon.domain.job_manifest import MANAGED_BY
 from falcon.domain.messages import MessageKey, render
-from falcon.domain.model import Cluster, QueueKey, Task
+from falcon.domain.model import NODE_POOL_PREFIX, Cluster, QueueKey, Task
 from falcon.domain.scheduling import IdlePool, expired_idle_pools
 from falcon.domain.status import Reason, Status
 from falcon.services.acquisition import timed_out
@@ -216,3 +216,32 @@ def _confirm_deleted(services: Services, clusters: dict[str, Cluster]) -> None:
             continue
         if status.status != "STOPPING":
             _request_delete(services, cluster, pool.name)
+
+
+LIVE_POOL_STATES = [
+    repo.PoolState.CREATING,
+    repo.PoolState.IN_USE,
+    repo.PoolState.IDLE,
+    repo.PoolState.DELETING,
+]
+
+
+def delete_orphan_pools(services: Services) -> list[str]:
+    """Design's exception table: a ``falcon-`` pool in GKE with no live record here is deleted.
+
+    Write-ahead makes this rare (every create is recorded first); it catches pools left by a
+    lost database, a manual create, or a record closed while GKE still had the pool."""
+    with services.db() as session:
+        clusters = repo.list_clusters(session)
+        tracked = {(p.cluster_id, p.name) for p in repo.pools_in(session, LIVE_POOL_STATES)}
+    orphans = []
+    for cluster in clusters:
+        try:
+            names = services.gateways.node_pools.list_names(cluster)
+        except FalconError:
+            continue
+        for name in names:
+            if name.startswith(NODE_POOL_PREFIX) and (cluster.id, name) not in tracked:
+                _request_delete(services, cluster, name)
+                orphans.append(name)
+    return orphans

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
+from falcon.adapters.db.repository import Phase
 from falcon.bootstrap import gateways
 from falcon.domain.errors import TemporaryError
 from falcon.services import acquisition, release
-from falcon.services.context import Outcome, Services, TaskEnded
+from falcon.services.context import Outcome, Services, TaskView, load_task
 from falcon.settings import get_settings
 
 
@@ -47,8 +49,6 @@ def provision_node_pool(task_id: str) -> str:
 
 @task(name="wait-node-pool-ready", **_RETRIES)
 def wait_node_pool_ready(task_id: str, pool: str, started_iso: str) -> None:
-    from datetime import datetime
-
     svc = services()
     acquisition.wait_pool_ready(
         svc, acquisition_view(svc, task_id), pool, datetime.fromisoformat(started_iso)
@@ -75,8 +75,6 @@ def mark_running(task_id: str, running: int) -> None:
 
 @task(name="record-outcome", **_RETRIES)
 def record_outcome(task_id: str, outcome: Outcome) -> bool:
-    from falcon.adapters.db.repository import Phase
-
     return release.record_outcome(services(), task_id, outcome, [Phase.ACQUIRING, Phase.RUNNING])
 
 
@@ -85,10 +83,5 @@ def release_task(task_id: str) -> str:
     return release.release(services(), task_id).status.value
 
 
-def acquisition_view(svc: Services, task_id: str) -> Any:
-    from falcon.services.context import load_task
-
+def acquisition_view(svc: Services, task_id: str) -> TaskView:
     return load_task(svc, task_id)
-
-
-__all__ = ["TaskEnded"]
