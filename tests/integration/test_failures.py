@@ -143,3 +143,26 @@ def _created(gke, plan) -> bool:  # type: ignore[no-untyped-def]
     except TemporaryError:
         return False
     return True
+
+
+def test_a_pool_that_never_became_ready_is_not_handed_to_the_next_task(
+    services: Services, db_url: str, emulator: EmulatorServer
+) -> None:
+    import httpx
+
+    rule = {
+        "method": "POST",
+        "pathRegex": r"/nodePools$",
+        "status": 403,
+        "message": "quota exceeded",
+        "times": 1,
+    }
+    httpx.post(f"{emulator.url}/emulator/faults", json={"rules": [rule]}).raise_for_status()
+    submit(db_url, "t-refused", "alice", "2x2")
+    submit(db_url, "t-after", "bob", "2x2")
+    Driver(services).run_until_done(["t-refused", "t-after"])
+    refused, after = task_of(services, "t-refused"), task_of(services, "t-after")
+    assert refused.reason is Reason.NODE_POOL_FAILED and after.status is Status.SUCCEEDED
+    assert after.node_pool_name != refused.node_pool_name
+    with services.db() as s:
+        assert repo.get_pool(s, CLUSTER.id, refused.node_pool_name).state == repo.PoolState.DELETED  # type: ignore[union-attr]

@@ -82,7 +82,10 @@ def delete_job(services: Services, cluster: Cluster, job_name: str) -> None:
 def keep_or_delete_pool(
     services: Services, cluster: Cluster, pool: str, queue: QueueKey, task_id: str
 ) -> str | None:
-    """Hand the pool to the queue's next task, or delete it; returns a deletion error, if any."""
+    """Hand the pool to the queue's next task, or delete it; returns a deletion error, if any.
+
+    Only a pool that became ready (in_use) is kept: one still creating, or broken, would hand
+    its failure to the next task."""
     now = services.clock()
     with services.db() as session:
         waiting = repo.waiting_count(session, queue)
@@ -92,7 +95,7 @@ def keep_or_delete_pool(
                 cluster.id,
                 pool,
                 now,
-                expect_state=[repo.PoolState.IN_USE, repo.PoolState.CREATING],
+                expect_state=[repo.PoolState.IN_USE],
                 state=repo.PoolState.IDLE,
                 holder_task_id=None,
                 idle_since=now,
