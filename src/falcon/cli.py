@@ -13,7 +13,6 @@ from falcon.adapters.db import repository as repo
 from falcon.adapters.db.migrate import upgrade
 from falcon.adapters.db.session import session_scope
 from falcon.domain.model import Cluster, ClusterStatus
-from falcon.domain.status import Status
 from falcon.services.context import utc_now
 from falcon.settings import get_settings
 
@@ -141,15 +140,7 @@ def task_abort(task_id: str) -> None:
     """Request an abort, as upstream does: status Aborting with aborting_at."""
     now = utc_now()
     with session_scope(_url()) as session:
-        moved = repo.update_task(
-            session,
-            task_id,
-            [Status.PENDING, Status.RUNNING],
-            now,
-            status=Status.ABORTING,
-            reason=None,
-            aborting_at=now,
-        )
+        moved = repo.request_abort(session, task_id, now)
     typer.echo("abort requested" if moved else f"task {task_id} is not active")
 
 

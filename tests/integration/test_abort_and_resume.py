@@ -24,9 +24,7 @@ def abort(services: Services, task_id: str) -> None:
     """What upstream does: status Aborting with aborting_at."""
     now = utc_now()
     with services.db() as s:
-        assert repo.update_task(
-            s, task_id, [Status.PENDING, Status.RUNNING], now, status=Status.ABORTING, aborting_at=now
-        )
+        assert repo.request_abort(s, task_id, now)
 
 
 def assert_aborted_and_clean(services: Services, emulator: EmulatorServer, task_id: str) -> None:

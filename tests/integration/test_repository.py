@@ -52,7 +52,7 @@ def test_new_tasks_are_pending_without_reason_oldest_first(db_url: str) -> None:
 def test_compare_and_set_loses_to_an_upstream_abort(db_url: str) -> None:
     _insert(db_url, "t1")
     with session_scope(db_url) as s:
-        assert repo.update_task(s, "t1", [Status.PENDING, Status.RUNNING], T0, status=Status.ABORTING)
+        assert repo.request_abort(s, "t1", T0)
     with session_scope(db_url) as s:
         assert not repo.update_task(s, "t1", [Status.PENDING], T0, status=Status.RUNNING)
         assert repo.get_task(s, "t1").status is Status.ABORTING  # type: ignore[union-attr]
@@ -66,7 +66,7 @@ def test_waiting_tasks_are_grouped_by_queue_and_messages_land_only_on_waiting_ro
             repo.update_task(s, f"t{i}", [Status.PENDING], T0, reason=Reason.WAITING, cluster_id="c1")
             repo.start_progress(s, f"t{i}", repo.Phase.WAITING, T0, queue)
     with session_scope(db_url) as s:
-        repo.update_task(s, "t2", [Status.PENDING], T0, status=Status.ABORTING)  # upstream, meanwhile
+        repo.request_abort(s, "t2", T0)  # upstream, meanwhile
     with session_scope(db_url) as s:
         assert [w.task_id for w in repo.waiting_by_queue(s)[queue]] == ["t0", "t1"]
         assert repo.waiting_count(s, queue) == 2
@@ -142,3 +142,13 @@ def test_migrations_go_down_to_base_and_up_again(db_url: str) -> None:
     with session_scope(db_url) as s:
         assert repo.get_task(s, "kept") is None  # base dropped everything; head recreated it empty
         assert repo.list_clusters(s) == []
+
+
+def test_falcon_cannot_write_a_transition_the_state_machine_forbids(db_url: str) -> None:
+    from falcon.domain.status import IllegalTransitionError
+
+    _insert(db_url, "t1")
+    with pytest.raises(IllegalTransitionError), session_scope(db_url) as s:
+        repo.update_task(s, "t1", [Status.PENDING], T0, status=Status.SUCCEEDED)  # Pending never succeeds
+    with pytest.raises(IllegalTransitionError), session_scope(db_url) as s:
+        repo.update_task(s, "t1", [Status.PENDING], T0, status=Status.RUNNING, reason=Reason.WAITING)

@@ -25,9 +25,7 @@ def abort(services: Services, *task_ids: str) -> None:
     now = utc_now()
     with services.db() as s:
         for task_id in task_ids:
-            repo.update_task(
-                s, task_id, [Status.PENDING, Status.RUNNING], now, status=Status.ABORTING, aborting_at=now
-            )
+            repo.request_abort(s, task_id, now)
 
 
 def reservation_in_use(emulator: EmulatorServer) -> int:

@@ -153,10 +153,14 @@ def write_outcome(services: Services, task_id: str, outcome: Outcome) -> Outcome
         if aborted:
             outcome = Outcome(Status.ABORTED, None, render(MessageKey.ABORTED, locale))
         else:
+            # Succeeded only ever follows Running; a failure may end a task still Pending.
+            expect = (
+                [Status.RUNNING] if outcome.status is Status.SUCCEEDED else [Status.PENDING, Status.RUNNING]
+            )
             repo.update_task(
                 session,
                 task_id,
-                [Status.PENDING, Status.RUNNING],
+                expect,
                 now,
                 status=outcome.status,
                 reason=outcome.reason,

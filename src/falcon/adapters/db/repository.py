@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from falcon.adapters.db.orm import ClusterRow, JobRow, NodePoolRow, QueueRotationRow, TaskProgressRow
 from falcon.domain.model import Cluster, ClusterStatus, QueueKey, Task
 from falcon.domain.scheduling import WaitingTask
-from falcon.domain.status import Reason, Status
+from falcon.domain.status import Reason, Status, check_transition
 
 
 class Phase:
@@ -182,7 +182,12 @@ def new_tasks(session: Session, limit: int) -> list[Task]:
 def update_task(
     session: Session, task_id: str, expect: Iterable[Status], now: datetime, **values: Any
 ) -> bool:
-    """Compare-and-set on the row's status; True if the row was in one of ``expect`` and changed."""
+    """Compare-and-set on the row's status; True if the row was in one of ``expect`` and changed.
+
+    Every status/reason Falcon writes is checked against the state machine first (design §9):
+    an illegal write is a bug in Falcon and raises before it reaches the row."""
+    expect = list(expect)
+    _check_write(expect, values)
     values = {k: (v.value if isinstance(v, Status | Reason) else v) for k, v in values.items()}
     result = session.execute(
         sa.update(JobRow)
@@ -194,6 +199,24 @@ def update_task(
 
 
 MESSAGE_BATCH = 500  # rows per UPDATE ... CASE statement
+
+
+def _check_write(expect: list[Status], values: dict[str, Any]) -> None:
+    if "status" not in values and "reason" not in values:
+        return
+    for current in expect:
+        check_transition(current, values.get("status", current), values.get("reason"))
+
+
+def request_abort(session: Session, task_id: str, now: datetime) -> bool:
+    """Upstream's write (the CLI plays upstream locally): Aborting with aborting_at."""
+    result = session.execute(
+        sa.update(JobRow)
+        .where(JobRow.id == task_id, JobRow.status.in_([Status.PENDING.value, Status.RUNNING.value]))
+        .values(status=Status.ABORTING.value, aborting_at=now, updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(getattr(result, "rowcount", 0))
 
 
 def set_messages(session: Session, messages: dict[str, str], now: datetime) -> int:
