@@ -198,9 +198,6 @@ def update_task(
     return bool(getattr(result, "rowcount", 0))
 
 
-MESSAGE_BATCH = 500  # rows per UPDATE ... CASE statement
-
-
 def _check_write(expect: list[Status], values: dict[str, Any]) -> None:
     if "status" not in values and "reason" not in values:
         return
@@ -219,20 +216,29 @@ def request_abort(session: Session, task_id: str, now: datetime) -> bool:
     return bool(getattr(result, "rowcount", 0))
 
 
+MESSAGE_BATCH = 200  # rows per UPDATE ... CASE statement on a server database
+
+
 def set_messages(session: Session, messages: dict[str, str], now: datetime) -> int:
-    """Write Waiting messages, a batch of rows per statement (PyMySQL's executemany would send
-    one UPDATE per row). Only rows still Pending/Waiting are touched. Returns rows written."""
+    """Write Waiting messages; only rows still Pending/Waiting are touched. Returns rows given.
+
+    On a server (MySQL) one UPDATE ... CASE per batch saves a round trip per row (PyMySQL's
+    executemany sends UPDATEs one by one); SQLite has no round trips but evaluates CASE per row
+    against every branch, so there a per-row executemany is the fast path."""
     job = cast(sa.Table, JobRow.__table__)
+    waiting_row = sa.and_(job.c.status == Status.PENDING.value, job.c.reason == Reason.WAITING.value)
+    if session.get_bind().dialect.name == "sqlite":
+        rows = [{"b_id": task_id, "b_message": text} for task_id, text in messages.items()]
+        if rows:
+            statement = sa.update(job).where(job.c.id == sa.bindparam("b_id"), waiting_row)
+            session.execute(statement.values(message=sa.bindparam("b_message"), updated_at=now), rows)
+        return len(rows)
     items = list(messages.items())
     for start in range(0, len(items), MESSAGE_BATCH):
         batch = dict(items[start : start + MESSAGE_BATCH])
         session.execute(
             sa.update(job)
-            .where(
-                job.c.id.in_(list(batch)),
-                job.c.status == Status.PENDING.value,
-                job.c.reason == Reason.WAITING.value,
-            )
+            .where(job.c.id.in_(list(batch)), waiting_row)
             .values(message=sa.case(batch, value=job.c.id), updated_at=now)
         )
     return len(items)
