@@ -23,9 +23,17 @@ Measured, per arm:
   pool is being deleted). The emulator keeps only the start time of create/delete operations, not
   when a pool became RUNNING, when a flex scale-up landed or when a pool disappeared, nor which pod
   runs where over time, hence the poll. Emulated node-seconds x compression / 3600 = node-hours;
+  Idle is further split by Falcon's own pool state (read from its DB at each sample): kept (idle,
+  awaiting a task), held with no pod yet, task ended but Job not yet deleted, marked deleting but
+  GKE not yet deleting (per-cluster operation lock), being deleted;
 * submit -> Running: row ``created_at`` to the first poll (every 0.1 s) that sees status Running.
 
-Run: .venv/bin/python benchmarks/bench_pool_economics.py [--tasks 60 --seed 7]
+--guard-reservation-race (off by default, NOT Falcon's behaviour) counts Falcon's own reservation
+pools still being created as in use when Falcon reads a reservation's free capacity; without it,
+concurrent creates from two queues of one cluster can overrun the reservation (GCE_STOCKOUT).
+
+Run: .venv/bin/python benchmarks/bench_pool_economics.py [--tasks 60 --seed 7] [--guard-reservation-race]
+(about 9-10 minutes on 2 cores for the default 60 tasks)
 """
 
 from __future__ import annotations
@@ -269,6 +277,8 @@ class Monitor(threading.Thread):
         self.unknown_pools: set[str] = set()
         self.peak_nodes = 0
         self.last_state: dict[str, object] = {}
+        self.kept_since: dict[str, float] = {}  # pool -> when first seen in Falcon's idle state
+        self.kept_spells: list[tuple[float, str]] = []  # (seconds idle, what followed: in_use/deleting)
         self._halt = threading.Event()
         self._recording = threading.Event()
         self._client = httpx.Client(base_url=url, timeout=5.0)
@@ -298,6 +308,7 @@ class Monitor(threading.Thread):
         state = self._client.get("/emulator/state").json()
         with session_scope(self.db_url) as s:
             db_state = {p.name: p.state for p in repo.pools_in(s, list(ALL_POOL_STATES))}
+        self._track_kept(db_state)
         counts = NodeSeconds()
         nodes_now = 0
         for cluster in state["clusters"]:
@@ -334,6 +345,14 @@ class Monitor(threading.Thread):
         self.last_state = state
         return counts
 
+    def _track_kept(self, db_state: dict[str, str]) -> None:
+        now = time.monotonic()
+        for name, st in db_state.items():
+            if st == repo.PoolState.IDLE:
+                self.kept_since.setdefault(name, now)
+            elif name in self.kept_since:
+                self.kept_spells.append((now - self.kept_since.pop(name), st))
+
     def _slice(self, pool: dict[str, object]) -> int:
         name = str(pool["name"])
         if name not in self.slice_nodes:
@@ -367,6 +386,7 @@ class ArmResult:
     monitor_errors: int = 0
     peak_nodes: int = 0
     unknown_pools: int = 0
+    kept_spells: list[tuple[float, str]] = field(default_factory=list)
 
 
 def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Path, guard: bool) -> ArmResult:
@@ -465,6 +485,7 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
         result.node_seconds = monitor.totals
         result.monitor_samples, result.monitor_errors = monitor.samples, monitor.errors
         result.peak_nodes, result.unknown_pools = monitor.peak_nodes, len(monitor.unknown_pools)
+        result.kept_spells = monitor.kept_spells
     return result
 
 
@@ -599,6 +620,14 @@ def report(results: list[ArmResult], tasks: list[SyntheticTask], compression: fl
                 f"{r.pools_left} pools / {r.nodes_left} nodes still up at the end (idle from then on)"
             )
         lines.append(f"{r.arm.name}: {r.arm.label}; " + ", ".join(notes))
+        claimed = [d for d, then in r.kept_spells if then == repo.PoolState.IN_USE]
+        reaped = [d for d, then in r.kept_spells if then != repo.PoolState.IN_USE]
+        if claimed or reaped:
+            lines.append(
+                f"    kept pools: {len(claimed)} claimed by the next task after a mean "
+                f"{minutes(statistics.fmean(claimed)) if claimed else 0:.1f} min idle (max "
+                f"{minutes(max(claimed, default=0)):.1f}), {len(reaped)} deleted unclaimed"
+            )
         if r.failed_on_inherited_pool:
             lines.append(
                 f"    {r.failed_on_inherited_pool} task(s) failed on a pool another task had created"

@@ -199,6 +199,7 @@ def run_demo(keep_running: bool, count: int) -> int:
         print(
             f"all tasks finished in {time.monotonic() - started:.1f}s; logs under {home / 'emulator' / 'gcs'}"
         )
+        _print_node_pools(emu)
         if keep_running:
             print("stack stays up; Ctrl-C to stop", flush=True)
             _sleep_until_interrupted()
@@ -301,6 +302,17 @@ def _wait_for(ids: list[str], runner: subprocess.Popen[bytes], timeout: float) -
             return all(t.status is Status.SUCCEEDED for t in tasks)
         time.sleep(1)
     return False
+
+
+def _print_node_pools(emulator_url: str) -> None:
+    """What the demo did to the (emulated) fleet: pools created, deleted, and still there."""
+    state = httpx.get(f"{emulator_url}/emulator/state", timeout=10).json()
+    for cluster in state["clusters"]:
+        counters, left = cluster["counters"], [p["name"] for p in cluster["nodePools"]]
+        print(
+            f"  {cluster['name']}: node pools created {counters['nodePoolsCreated']}, "
+            f"deleted {counters['nodePoolsDeleted']}, remaining {left or 'none'}"
+        )
 
 
 def _sleep_until_interrupted() -> None:

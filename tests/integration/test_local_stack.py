@@ -26,5 +26,6 @@ def test_the_demo_runs_sample_tasks_to_succeeded_through_served_deployments(tmp_
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     final = done.stdout.split("all tasks finished")[0].strip().split("\n\n")[-1]
     assert final.count("Succeeded") == 3, final
+    assert "node pools created" in done.stdout and "remaining none" in done.stdout  # all pools deleted
     logs = list((tmp_path / "home" / "demo" / "emulator" / "gcs").rglob("*.log"))
     assert len(logs) >= 3  # every task's pods wrote their log to the emulated bucket
