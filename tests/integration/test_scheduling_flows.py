@@ -159,3 +159,39 @@ def test_a_leaked_queue_slot_is_repaired(services: Services, db_url: str) -> Non
     Driver(services).run_until_done(["after-leak"])
     with services.db() as s:
         assert repo.get_task(s, "after-leak").status is Status.SUCCEEDED  # type: ignore[union-attr]
+
+
+class NoRuns:
+    """A launcher that starts nothing: the test drives the lifecycle steps itself."""
+
+    def start_acquire(self, task_id: str, lease_id: str, attempt: int) -> str:
+        return f"manual-{task_id}"
+
+    def start_release(self, task_id: str, attempt: int) -> str:
+        return f"manual-release-{task_id}"
+
+    def is_alive(self, run_id: str) -> bool:
+        return True
+
+
+def test_two_queues_never_overbook_the_reservation(
+    services: Services, db_url: str, emulator: EmulatorServer
+) -> None:
+    """The reservation (8 nodes) has room for the 4x8 slice (8 nodes) or the 4x4 one (4), not both.
+    Both queues provision before either pool has nodes, so GCE still reports the reservation
+    empty: the second must count the first's pool in flight and fall back to flex-start."""
+    from falcon.services.acquisition import provision
+    from falcon.services.context import load_task
+    from falcon.services.dispatching import Dispatcher
+
+    submit(db_url, "big", "alice", "4x8")
+    submit(db_url, "small", "bob", "4x4")
+    Dispatcher(services, slots, NoRuns()).tick()  # takes both in and picks both (two queues)
+    provision(services, load_task(services, "big"))
+    provision(services, load_task(services, "small"))
+    with services.db() as s:
+        big, small = repo.get_task(s, "big"), repo.get_task(s, "small")
+        pools = {t.id: repo.get_pool(s, CLUSTER.id, t.node_pool_name) for t in (big, small)}  # type: ignore[union-attr,arg-type]
+    assert big is not None and big.reason is Reason.PROVISIONING and pools["big"].mode == "reservation"  # type: ignore[union-attr]
+    assert small is not None and small.reason is Reason.PROVISIONING_FALLBACK
+    assert pools["small"].mode == "flex_start"  # type: ignore[union-attr]

@@ -482,15 +482,17 @@ def test_reservation_free(count: int, in_use: int, free: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("waiting", "keep"),
+    ("waiting", "kept", "keep"),
     [
-        pytest.param(0, False, id="nobody waiting: delete"),
-        pytest.param(1, True, id="one waiting: keep"),
-        pytest.param(12, True, id="many waiting: keep"),
+        pytest.param(0, 0, False, id="nobody waiting: delete"),
+        pytest.param(1, 0, True, id="one waiting: keep"),
+        pytest.param(12, 0, True, id="many waiting: keep"),
+        pytest.param(1, 1, False, id="one waiting, a pool already kept for it: delete"),
+        pytest.param(3, 2, True, id="more waiting than pools kept: keep"),
     ],
 )
-def test_keep_pool_after_task(waiting: int, keep: bool) -> None:
-    assert keep_pool_after_task(waiting) is keep
+def test_keep_pool_after_task(waiting: int, kept: int, keep: bool) -> None:
+    assert keep_pool_after_task(waiting, kept) is keep
 
 
 GRACE = timedelta(minutes=5)

@@ -266,12 +266,13 @@ def decide_provisioning(
 # --- Delayed deletion (§5, §8) --------------------------------------------------------------
 
 
-def keep_pool_after_task(waiting_in_queue: int) -> bool:
-    """Keep a finished task's pool iff a task of the same (cluster, topology) waits for it.
+def keep_pool_after_task(waiting_in_queue: int, already_kept: int = 0) -> bool:
+    """Keep a finished task's pool iff a task of the same (cluster, topology) waits for it and
+    no pool already kept for that queue is there to take it (one kept pool per waiting task).
 
     Applies to every ending, aborts included (§8): an abort must not waste a reusable pool.
     """
-    return waiting_in_queue > 0
+    return waiting_in_queue > already_kept
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,17 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta
 
+from sqlalchemy.orm import Session
+
 from falcon.adapters.db import repository as repo
 from falcon.domain.errors import ConflictError, FalconError, NotFoundError, PermanentError, TemporaryError
 from falcon.domain.job_manifest import JobTarget, render_job
 from falcon.domain.messages import MessageKey, render
 from falcon.domain.model import ProvisioningMode, QueueKey, k8s_job_name_for, node_pool_name_for
 from falcon.domain.node_pools import NodePoolPlan
-from falcon.domain.scheduling import ProvisioningDecision, decide_provisioning
+from falcon.domain.scheduling import ProvisioningDecision, ReservationCapacity, decide_provisioning
 from falcon.domain.status import Reason, Status
+from falcon.domain.topology import resolve_shape
 from falcon.services.context import Outcome, Services, TaskEnded, TaskView
 
 _READY = {"RUNNING", "RECONCILING"}
@@ -68,9 +71,7 @@ def provision(services: Services, view: TaskView) -> str:
     if held is not None:  # resumed after a crash or retry: the create may never have reached GKE
         plan = _plan(services, view, ProvisioningMode(held.mode), held.reservation)
     else:
-        decision = _decide(services, view)
-        plan = _plan(services, view, decision.mode, decision.reservation)
-        _write_ahead(services, view, plan, decision)
+        plan = _decide_and_write_ahead(services, view)
     _create(services, view, plan, now)
     return plan.name
 
@@ -108,13 +109,54 @@ def _create(services: Services, view: TaskView, plan: NodePoolPlan, started: dat
             raise _pool_failed(services, str(exc)) from exc
 
 
-def _decide(services: Services, view: TaskView) -> ProvisioningDecision:
+def _decide_and_write_ahead(services: Services, view: TaskView) -> NodePoolPlan:
+    """Choose reservation or flex-start and record the pool, as one step per cluster.
+
+    The cluster's row lock serialises this between lifecycle runs of the cluster's queues, and
+    the reservation's room excludes Falcon's own reservation pools still being created (GCE
+    counts a pool against the reservation only once its nodes exist): two queues can no longer
+    both claim the last room, the second getting a stockout instead of flex-start."""
+    now = services.clock()
+    with services.db() as session:
+        repo.lock_cluster(session, view.cluster.id)
+        in_flight = _reservation_nodes_in_flight(session, view)
+        decision = _decide(services, view, in_flight)
+        plan = _plan(services, view, decision.mode, decision.reservation)
+        repo.write_ahead_pool(session, _pool_record(view, plan), now)
+        moved = repo.update_task(
+            session,
+            view.task.id,
+            [Status.PENDING],
+            now,
+            node_pool_name=plan.name,
+            reason=decision.reason,
+            message=_provisioning_message(services, decision),
+        )
+    if not moved:
+        ensure_active(services, view.task.id)
+    return plan
+
+
+def _reservation_nodes_in_flight(session: Session, view: TaskView) -> int:
+    reservation = view.cluster.default_reservation
+    creating = repo.pools_in(session, [repo.PoolState.CREATING])
+    return sum(
+        resolve_shape(view.cluster.tpu_type, p.topology).nodes
+        for p in creating
+        if p.cluster_id == view.cluster.id
+        and p.reservation == reservation
+        and p.mode == ProvisioningMode.RESERVATION
+    )
+
+
+def _decide(services: Services, view: TaskView, in_flight: int) -> ProvisioningDecision:
     cluster, capacity = view.cluster, None
     if cluster.default_reservation:
         try:
-            capacity = services.gateways.reservations.capacity(
+            found = services.gateways.reservations.capacity(
                 cluster.project, cluster.reservation_zone or cluster.location, cluster.default_reservation
             )
+            capacity = ReservationCapacity(found.name, found.count, found.in_use + in_flight)
         except FalconError:
             capacity = None  # unreadable: treated as short, so the task still gets capacity
     return decide_provisioning(
@@ -127,16 +169,16 @@ def _decide(services: Services, view: TaskView) -> ProvisioningDecision:
     )
 
 
-def _write_ahead(
-    services: Services, view: TaskView, plan: NodePoolPlan, decision: ProvisioningDecision
-) -> None:
+def _provisioning_message(services: Services, decision: ProvisioningDecision) -> str:
     if decision.reason is Reason.PROVISIONING_FALLBACK:
-        message = _message(services, MessageKey.PROVISIONING_FALLBACK)
-    elif decision.reservation:
-        message = _message(services, MessageKey.PROVISIONING_RESERVATION, reservation=decision.reservation)
-    else:
-        message = _message(services, MessageKey.PROVISIONING_FLEX_START)
-    pool = repo.NodePool(
+        return _message(services, MessageKey.PROVISIONING_FALLBACK)
+    if decision.reservation:
+        return _message(services, MessageKey.PROVISIONING_RESERVATION, reservation=decision.reservation)
+    return _message(services, MessageKey.PROVISIONING_FLEX_START)
+
+
+def _pool_record(view: TaskView, plan: NodePoolPlan) -> repo.NodePool:
+    return repo.NodePool(
         cluster_id=view.cluster.id,
         name=plan.name,
         topology=view.shape.topology,
@@ -147,9 +189,6 @@ def _write_ahead(
         holder_task_id=view.task.id,
         idle_since=None,
     )
-    with services.db() as session:
-        repo.write_ahead_pool(session, pool, services.clock())
-    _update_pending(services, view.task.id, node_pool_name=plan.name, reason=decision.reason, message=message)
 
 
 def wait_pool_ready(services: Services, view: TaskView, pool_name: str, started: datetime) -> None:

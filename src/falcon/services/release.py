@@ -20,15 +20,22 @@ from falcon.domain.status import Reason, Status
 from falcon.services.context import Outcome, Services
 
 
-def record_outcome(services: Services, task_id: str, outcome: Outcome, from_phases: list[str]) -> bool:
-    """Remember how the task ends and move it to releasing; False if another step got there first."""
+def record_outcome(
+    services: Services, task_id: str, outcome: Outcome, from_phases: list[str], released_inline: bool = False
+) -> bool:
+    """Remember how the task ends and move it to releasing; False if another step got there first.
+
+    ``released_inline``: the acquiring run releases the task itself, so it is recorded as the
+    release run too and the dispatcher starts no second one while it is alive."""
     now = services.clock()
+    inline = {"release_run_id": repo.ACQUIRE_RUN} if released_inline else {}
     with services.db() as session:
         moved = repo.update_progress(
             session,
             task_id,
             now,
             from_phases,
+            **inline,
             phase=repo.Phase.RELEASING,
             outcome_status=outcome.status.value,
             outcome_reason=outcome.reason.value if outcome.reason else None,
@@ -47,6 +54,8 @@ def release(services: Services, task_id: str) -> Outcome:
         task = repo.get_task(session, task_id)
         progress = repo.get_progress(session, task_id)
         cluster = repo.get_cluster(session, task.cluster_id) if task and task.cluster_id else None
+    if task is not None and progress is not None and progress.phase == repo.Phase.DONE:
+        return Outcome(task.status, task.reason, task.message or "")  # released already: nothing to do
     if task is None or progress is None or progress.phase != repo.Phase.RELEASING:
         raise FalconError(f"task {task_id} is not being released")
     outcome = Outcome(
@@ -88,21 +97,33 @@ def keep_or_delete_pool(
     its failure to the next task."""
     now = services.clock()
     with services.db() as session:
-        waiting = repo.waiting_count(session, queue)
-        if keep_pool_after_task(waiting):
+        if keep_pool_after_task(repo.waiting_count(session, queue), repo.idle_count(session, queue)):
             kept = repo.update_pool(
                 session,
                 cluster.id,
                 pool,
                 now,
                 expect_state=[repo.PoolState.IN_USE],
+                expect_holder=task_id,
                 state=repo.PoolState.IDLE,
                 holder_task_id=None,
                 idle_since=now,
             )
             if kept:
                 return None
-        repo.update_pool(session, cluster.id, pool, now, state=repo.PoolState.DELETING, holder_task_id=None)
+        mine = repo.update_pool(
+            session,
+            cluster.id,
+            pool,
+            now,
+            expect_state=[repo.PoolState.IN_USE, repo.PoolState.CREATING],
+            expect_holder=task_id,
+            state=repo.PoolState.DELETING,
+            holder_task_id=None,
+        )
+        current = repo.get_pool(session, cluster.id, pool)
+    if not mine and (current is None or current.state != repo.PoolState.DELETING):
+        return None  # kept or handed on by an earlier attempt of this release: not this task's any more
     return delete_pool(services, cluster, pool)
 
 

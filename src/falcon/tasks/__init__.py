@@ -75,7 +75,9 @@ def mark_running(task_id: str, running: int) -> None:
 
 @task(name="record-outcome", **_RETRIES)
 def record_outcome(task_id: str, outcome: Outcome) -> bool:
-    return release.record_outcome(services(), task_id, outcome, [Phase.ACQUIRING, Phase.RUNNING])
+    return release.record_outcome(
+        services(), task_id, outcome, [Phase.ACQUIRING, Phase.RUNNING], released_inline=True
+    )
 
 
 @task(name="release-task", **_RETRIES)

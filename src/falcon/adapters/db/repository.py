@@ -86,6 +86,17 @@ def get_cluster(session: Session, cluster_id: str) -> Cluster | None:
     return _cluster(row) if row else None
 
 
+def lock_cluster(session: Session, cluster_id: str) -> None:
+    """Serialise a decision per cluster until commit. A no-op UPDATE locks the row on MySQL and
+    takes SQLite's write lock (SELECT ... FOR UPDATE would be silently ignored there)."""
+    session.execute(
+        sa.update(ClusterRow)
+        .where(ClusterRow.id == cluster_id)
+        .values(id=ClusterRow.id)
+        .execution_options(synchronize_session=False)
+    )
+
+
 def find_cluster(session: Session, name: str, project: str, location: str) -> Cluster | None:
     row = session.scalar(
         sa.select(ClusterRow).where(
@@ -319,6 +330,10 @@ def progress_in(session: Session, phases: Sequence[str]) -> list[Progress]:
     return [_progress(r) for r in session.scalars(query)]
 
 
+# Pass as a value to update_progress to copy the row's own acquire run id (a run releasing inline).
+ACQUIRE_RUN = TaskProgressRow.acquire_run_id
+
+
 def update_progress(
     session: Session, task_id: str, now: datetime, expect_phase: Iterable[str] | None = None, **values: Any
 ) -> bool:
@@ -482,15 +497,27 @@ def update_pool(
     name: str,
     now: datetime,
     expect_state: Iterable[str] | None = None,
+    expect_holder: str | None = None,
     **values: Any,
 ) -> bool:
     query = sa.update(NodePoolRow).where(NodePoolRow.cluster_id == cluster_id, NodePoolRow.name == name)
     if expect_state is not None:
         query = query.where(NodePoolRow.state.in_(list(expect_state)))
+    if expect_holder is not None:
+        query = query.where(NodePoolRow.holder_task_id == expect_holder)
     result = session.execute(
         query.values(updated_at=now, **values).execution_options(synchronize_session=False)
     )
     return bool(getattr(result, "rowcount", 0))
+
+
+def idle_count(session: Session, queue: QueueKey) -> int:
+    query = sa.select(sa.func.count()).where(
+        NodePoolRow.cluster_id == queue.cluster_id,
+        NodePoolRow.topology == queue.topology,
+        NodePoolRow.state == PoolState.IDLE,
+    )
+    return int(session.scalar(query) or 0)
 
 
 def claim_idle_pool(session: Session, queue: QueueKey, task_id: str, now: datetime) -> NodePool | None:
