@@ -149,7 +149,7 @@ def clusters(arm: str) -> list[Cluster]:
 class Arm:
     name: str
     label: str
-    keep_policy: Callable[[int], bool] | None  # replaces release.keep_pool_after_task; None = Falcon's
+    keep_policy: Callable[..., bool] | None  # replaces release.keep_pool_after_task; None = Falcon's
     kept_pool_grace_seconds: int
     keeps_idle_pools: bool  # an idle pool at the end is expected (and not waited for)
 
@@ -158,8 +158,8 @@ def arms(compression: float) -> list[Arm]:
     grace = max(1, round(REAL_KEPT_POOL_GRACE / compression))  # the setting is whole seconds
     return [
         Arm("falcon", "Falcon (keep iff a same-queue task waits)", None, grace, False),
-        Arm("delete-each", "baseline 1: create+delete per task", lambda _waiting: False, grace, False),
-        Arm("keep-all", "baseline 2: keep every pool forever", lambda _waiting: True, FOREVER, True),
+        Arm("delete-each", "baseline 1: create+delete per task", lambda *_: False, grace, False),
+        Arm("keep-all", "baseline 2: keep every pool forever", lambda *_: True, FOREVER, True),
     ]
 
 
