@@ -49,7 +49,8 @@ from falcon.adapters.db import repository as repo
 from falcon.adapters.db.migrate import upgrade
 from falcon.adapters.db.orm import JobRow
 from falcon.adapters.db.session import session_scope
-from falcon.domain.scheduling import waiting_messages
+from falcon.domain.model import QueueKey
+from falcon.domain.scheduling import WaitingTask, waiting_messages
 from falcon.domain.status import Reason, Status
 from falcon.local import emulator, free_port, prefect_server, register_demo_clusters, served_stack
 from falcon.services.context import utc_now
@@ -171,7 +172,9 @@ def check_positions(url: str, attempts: int = 5) -> tuple[bool, str]:
     detail = ""
     for _ in range(attempts):
         with session_scope(url) as session:
-            waiting = repo.waiting_by_queue(session)
+            waiting: dict[QueueKey, list[WaitingTask]] = {}
+            for row in repo.waiting_rows(session):
+                waiting.setdefault(row.queue, []).append(row.task)
             last = repo.last_actors(session)
             stored = dict(
                 session.execute(

@@ -124,7 +124,17 @@ def emulator_counters(emulator: EmulatorServer, cluster: str = "edge-a") -> dict
     return dict(found["counters"])
 
 
-def inject_fault(emulator: EmulatorServer, method: str, path_regex: str, status: int, message: str) -> None:
-    """Make the emulator answer the next matching request with an error (its fault injection)."""
-    rule = {"method": method, "pathRegex": path_regex, "status": status, "message": message, "times": 0}
+def inject_fault(
+    emulator: EmulatorServer, method: str, path_regex: str, status: int, message: str, times: int = 0
+) -> None:
+    """Make the emulator answer the next ``times`` matching requests with an error (0: all of them)."""
+    rule = {"method": method, "pathRegex": path_regex, "status": status, "message": message, "times": times}
     httpx.post(f"{emulator.url}/emulator/faults", json={"rules": [rule]}).raise_for_status()
+
+
+def request_abort(services: Services, *task_ids: str) -> None:
+    """What upstream does: status Aborting with aborting_at."""
+    now = utc_now()
+    with services.db() as s:
+        for task_id in task_ids:
+            assert repo.request_abort(s, task_id, now)

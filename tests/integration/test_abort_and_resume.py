@@ -14,17 +14,10 @@ from falcon.adapters.db import repository as repo
 from falcon.adapters.runs import InProcessLauncher
 from falcon.domain.status import Reason, Status
 from falcon.services.acquisition import provision
-from falcon.services.context import Services, load_task, utc_now
+from falcon.services.context import Services, load_task
 from falcon.services.dispatching import Dispatcher
 from falcon_emulator.server import EmulatorServer
-from tests.integration.harness import CLUSTER, Driver, emulator_counters, submit
-
-
-def abort(services: Services, task_id: str) -> None:
-    """What upstream does: status Aborting with aborting_at."""
-    now = utc_now()
-    with services.db() as s:
-        assert repo.request_abort(s, task_id, now)
+from tests.integration.harness import CLUSTER, Driver, emulator_counters, request_abort, submit
 
 
 def assert_aborted_and_clean(services: Services, emulator: EmulatorServer, task_id: str) -> None:
@@ -52,7 +45,7 @@ def test_abort_while_waiting_removes_the_task_from_its_queue(
     submit(db_url, "t-holder", "alice", "2x2", image="trainer:missing", timeout=3)
     submit(db_url, "t-waiting", "bob", "2x2")
     driver.run_until(lambda t: t["t-waiting"].reason is Reason.WAITING)
-    abort(services, "t-waiting")
+    request_abort(services, "t-waiting")
     driver.run_until_done(["t-holder", "t-waiting"])
     assert_aborted_and_clean(services, emulator, "t-waiting")
     assert ("Pending", "Waiting") in driver.history["t-waiting"]
@@ -67,7 +60,7 @@ def test_abort_while_provisioning_waits_for_the_pool_and_deletes_it(
     driver.run_until(
         lambda t: t["t-prov"].node_pool_name is not None and t["t-prov"].reason is Reason.PROVISIONING
     )
-    abort(services, "t-prov")
+    request_abort(services, "t-prov")
     driver.run_until_done(["t-prov"])
     assert_aborted_and_clean(services, emulator, "t-prov")
     assert emulator_counters(emulator)["nodePoolsDeleted"] == 1
@@ -79,7 +72,7 @@ def test_abort_while_pods_are_pending_deletes_the_job_and_the_pool(
     driver = Driver(services)
     submit(db_url, "t-disp", "alice", "2x2", image="trainer:missing")
     driver.run_until(lambda t: t["t-disp"].k8s_job_name is not None)
-    abort(services, "t-disp")
+    request_abort(services, "t-disp")
     driver.run_until_done(["t-disp"])
     assert_aborted_and_clean(services, emulator, "t-disp")
 
@@ -90,7 +83,7 @@ def test_abort_while_running_deletes_the_job_and_the_pool(
     driver = Driver(services)
     submit(db_url, "t-run", "alice", "2x2", run_seconds=600)
     driver.run_until(lambda t: t["t-run"].status is Status.RUNNING)
-    abort(services, "t-run")
+    request_abort(services, "t-run")
     driver.run_until_done(["t-run"])
     assert_aborted_and_clean(services, emulator, "t-run")
 

@@ -84,18 +84,7 @@ def test_a_refused_job_fails_the_task_with_job_submit_failed_and_deletes_the_poo
 def test_gke_busy_and_rate_limits_are_retried_not_failed(
     services: Services, db_url: str, emulator: EmulatorServer
 ) -> None:
-    import httpx
-
-    rules = [
-        {
-            "method": "POST",
-            "pathRegex": r"/nodePools$",
-            "status": 429,
-            "message": "Too many operations",
-            "times": 2,
-        }
-    ]
-    httpx.post(f"{emulator.url}/emulator/faults", json={"rules": rules}).raise_for_status()
+    inject_fault(emulator, "POST", r"/nodePools$", 429, "Too many operations", times=2)
     submit(db_url, "t-busy", "alice", "2x2")
     finished(services, "t-busy")
     assert task_of(services, "t-busy").status is Status.SUCCEEDED
@@ -148,16 +137,7 @@ def _created(gke, plan) -> bool:  # type: ignore[no-untyped-def]
 def test_a_pool_that_never_became_ready_is_not_handed_to_the_next_task(
     services: Services, db_url: str, emulator: EmulatorServer
 ) -> None:
-    import httpx
-
-    rule = {
-        "method": "POST",
-        "pathRegex": r"/nodePools$",
-        "status": 403,
-        "message": "quota exceeded",
-        "times": 1,
-    }
-    httpx.post(f"{emulator.url}/emulator/faults", json={"rules": [rule]}).raise_for_status()
+    inject_fault(emulator, "POST", r"/nodePools$", 403, "quota exceeded", times=1)
     submit(db_url, "t-refused", "alice", "2x2")
     submit(db_url, "t-after", "bob", "2x2")
     Driver(services).run_until_done(["t-refused", "t-after"])

@@ -68,7 +68,7 @@ def test_waiting_tasks_are_grouped_by_queue_and_messages_land_only_on_waiting_ro
     with session_scope(db_url) as s:
         repo.request_abort(s, "t2", T0)  # upstream, meanwhile
     with session_scope(db_url) as s:
-        assert [w.task_id for w in repo.waiting_by_queue(s)[queue]] == ["t0", "t1"]
+        assert [(r.queue, r.task.task_id) for r in repo.waiting_rows(s)] == [(queue, "t0"), (queue, "t1")]
         assert repo.waiting_count(s, queue) == 2
         repo.set_messages(s, {"t0": "m0", "t1": "m1", "t2": "not for an aborting row"}, T0)
     with session_scope(db_url) as s:

@@ -15,17 +15,10 @@ from falcon.domain.messages import Locale
 from falcon.domain.model import QueueKey
 from falcon.domain.scheduling import WaitingTask, pick_order, waiting_messages
 from falcon.domain.status import ACQUIRING_REASONS, Reason, Status
-from falcon.services.context import Services, utc_now
+from falcon.services.context import Services
 from falcon.settings import get_settings
 from falcon_emulator.server import EmulatorServer
-from tests.integration.harness import CLUSTER, Driver, emulator_counters, submit
-
-
-def abort(services: Services, *task_ids: str) -> None:
-    now = utc_now()
-    with services.db() as s:
-        for task_id in task_ids:
-            repo.request_abort(s, task_id, now)
+from tests.integration.harness import CLUSTER, Driver, emulator_counters, request_abort, submit
 
 
 def reservation_in_use(emulator: EmulatorServer) -> int:
@@ -119,7 +112,7 @@ def test_the_reservation_is_used_while_it_has_room_then_flex_start(
     assert ("Pending", "ProvisioningFallback") in driver.history["r3"]
     assert ("Pending", "ProvisioningFallback") not in driver.history["r1"]
 
-    abort(services, *ids)
+    request_abort(services, *ids)
     driver.run_until_done(ids)
     assert reservation_in_use(emulator) == 0  # deleting the pools gave the capacity back
 
@@ -142,7 +135,7 @@ def test_a_kept_pool_nobody_takes_is_deleted_after_the_grace(
     with services.db() as s:
         kept = repo.pools_in(s, [repo.PoolState.IDLE])
     assert [p.name for p in kept] == [driver.observe()["first"].node_pool_name]  # kept: "gone" waits
-    abort(services, "gone")  # the task it was kept for leaves
+    request_abort(services, "gone")  # the task it was kept for leaves
     driver.run_until(lambda t: t["gone"].status is Status.ABORTED)
     driver.run_until_done(["stuck"], seconds=60)
     driver.run_until(lambda _: emulator_counters(emulator)["nodePoolsDeleted"] == 2, seconds=30)

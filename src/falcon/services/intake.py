@@ -77,7 +77,7 @@ def _fail(session: Session, task: Task, reason: Reason, message: str, now: datet
         message=message,
         finished_at=now,
     ):
-        repo.start_progress(session, task.id, repo.Phase.DONE, now)
+        repo.mark_done(session, task.id, now)
 
 
 def _cluster_loads(session: Session) -> list[ClusterLoad]:

@@ -42,10 +42,7 @@ def abort_unstarted(session: Session, services: Services, now: datetime) -> list
             aborted_at=now,
             finished_at=now,
         ):
-            if phase is None:
-                repo.start_progress(session, task.id, repo.Phase.DONE, now)
-            else:
-                repo.update_progress(session, task.id, now, phase=repo.Phase.DONE)
+            repo.mark_done(session, task.id, now)
             done.append(task.id)
     return done
 

@@ -188,5 +188,5 @@ def write_outcome(services: Services, task_id: str, outcome: Outcome) -> Outcome
                 message=outcome.message,
                 finished_at=now,
             )
-        repo.update_progress(session, task_id, now, phase=repo.Phase.DONE, lease_id=None)
+        repo.mark_done(session, task_id, now)
     return outcome

@@ -334,6 +334,12 @@ def progress_in(session: Session, phases: Sequence[str]) -> list[Progress]:
 ACQUIRE_RUN = TaskProgressRow.acquire_run_id
 
 
+def mark_done(session: Session, task_id: str, now: datetime) -> None:
+    """The task's terminal status is written: its progress row (created if it had none) says so."""
+    if not update_progress(session, task_id, now, phase=Phase.DONE, lease_id=None):
+        start_progress(session, task_id, Phase.DONE, now)
+
+
 def update_progress(
     session: Session, task_id: str, now: datetime, expect_phase: Iterable[str] | None = None, **values: Any
 ) -> bool:
@@ -374,13 +380,6 @@ def waiting_rows(session: Session) -> list[WaitingRow]:
         )
         for cluster_id, topology, task_id, actor, name, created, message in session.execute(query)
     ]
-
-
-def waiting_by_queue(session: Session) -> dict[QueueKey, list[WaitingTask]]:
-    queues: dict[QueueKey, list[WaitingTask]] = {}
-    for row in waiting_rows(session):
-        queues.setdefault(row.queue, []).append(row.task)
-    return queues
 
 
 def waiting_count(session: Session, queue: QueueKey) -> int:
