@@ -79,9 +79,12 @@ def snapshot(state: EmulatorState) -> JSON:
                 "machineType": r.machine_type,
                 "count": r.count,
                 "inUseCount": r.in_use,
+                "status": r.status,
+                "shareWith": list(r.share_with),
             }
             for r in state.reservations.values()
         ],
+        "resourcePolicies": [p.to_json() for p in state.resource_policies.values()],
         "operations": [op.to_json() for op in state.operations.values() if op.status != "DONE"],
         "resourceVersion": str(state.versions.current),
     }
@@ -99,7 +102,9 @@ def _pool(pool: NodePool) -> JSON:
         "machineType": pool.machine_type,
         "nodes": list(pool.nodes),
         "nodeCount": len(pool.nodes),
-        "reservation": pool.reservation.name if pool.reservation else None,
+        "locations": list(pool.locations),
+        "topology": pool.topology,
+        "reservation": pool.taken[0][0].name if pool.taken else None,
         "scaleUpPending": pool.scale_up_at is not None,
     }
 

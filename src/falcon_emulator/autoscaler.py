@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from falcon_emulator.events import record_event
 from falcon_emulator.nodepools import add_nodes
-from falcon_emulator.nodes import node_zone, template_node
+from falcon_emulator.nodes import template_node
 from falcon_emulator.pods import condition
 from falcon_emulator.scheduler import misfit, pending_pods
 from falcon_emulator.state import ClusterState, EmulatorState, NodePool
@@ -13,7 +13,7 @@ from falcon_emulator.util import JSON
 
 
 def autoscale(state: EmulatorState, cluster: ClusterState, now: float) -> None:
-    _land_scale_ups(cluster, now)
+    _land_scale_ups(state, cluster, now)
     pools = [p for p in cluster.node_pools.values() if _scalable(p)]
     if not pools:
         return
@@ -22,7 +22,7 @@ def autoscale(state: EmulatorState, cluster: ClusterState, now: float) -> None:
         if scheduled is None or scheduled.get("reason") != "Unschedulable":
             continue
         for pool in pools:
-            if misfit(pod, template_node(cluster, pool), 0, 0) is None:
+            if misfit(pod, template_node(pool), 0, 0) is None:
                 _trigger(cluster, pool, pod, now)
                 break
 
@@ -32,13 +32,13 @@ def _scalable(pool: NodePool) -> bool:
 
 
 def _slice_size(pool: NodePool) -> int:
-    return pool.target_nodes or 1
+    return pool.total_nodes or 1
 
 
 def _trigger(cluster: ClusterState, pool: NodePool, pod: JSON, now: float) -> None:
     flex = cluster.config.flex_start
     group = (
-        f"https://www.googleapis.com/compute/v1/projects/{cluster.project}/zones/{node_zone(cluster, pool)}"
+        f"https://www.googleapis.com/compute/v1/projects/{cluster.project}/zones/{pool.locations[0]}"
         f"/instanceGroups/gke-{cluster.name}-{pool.name}-grp"
     )
     size = _slice_size(pool)
@@ -56,9 +56,9 @@ def _trigger(cluster: ClusterState, pool: NodePool, pod: JSON, now: float) -> No
     record_event(cluster, pod, "TriggeredScaleUp", message, component="cluster-autoscaler")
 
 
-def _land_scale_ups(cluster: ClusterState, now: float) -> None:
+def _land_scale_ups(state: EmulatorState, cluster: ClusterState, now: float) -> None:
     for pool in cluster.node_pools.values():
         if pool.scale_up_at is not None and now >= pool.scale_up_at:
             pool.scale_up_at = None
             if pool.status == "RUNNING" and not pool.nodes:
-                add_nodes(cluster, pool, _slice_size(pool))
+                add_nodes(state, cluster, pool, pool.locations[0], _slice_size(pool))

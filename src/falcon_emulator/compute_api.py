@@ -1,67 +1,212 @@
-"""compute.googleapis.com/compute/v1 reservations (get, list, aggregated list)."""
+"""compute.googleapis.com/compute/v1: reservations (get, list, aggregated list, read by zone exactly) and
+regional resource policies (get, list, insert, delete, as ``compute_v1.ResourcePoliciesClient`` sends them)
+with their region operations.
+
+Routes and bodies follow compute_v1/services/{reservations,resource_policies}/transports/rest_base.py; error
+bodies carry Compute's ``errors[].reason`` (notFound, alreadyExists, invalid, resourceInUseByAnotherResource).
+"""
 
 from __future__ import annotations
 
+import json
+import re
+import time
+import zlib
+from typing import Any
+
 from fastapi import APIRouter, Request
+from google.cloud import compute_v1
 from starlette.responses import Response
 
 from falcon_emulator.errors import GoogleError, json_response
-from falcon_emulator.gke_api import emulator_state
-from falcon_emulator.state import COMPUTE_BASE, EmulatorState
-from falcon_emulator.util import JSON
+from falcon_emulator.gke_api import emulator_state, read_json
+from falcon_emulator.state import COMPUTE_BASE, EmulatorState, ResourcePolicy
+from falcon_emulator.util import JSON, random_hex, rfc3339
 
 router = APIRouter()
+# Compute resource names (https://cloud.google.com/compute/docs/naming-resources).
+_NAME = re.compile(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?")
+
+
+class ComputeError(GoogleError):
+    """A Compute error with its ``errors[].reason``."""
+
+    def __init__(self, code: int, message: str, reason: str) -> None:
+        super().__init__(code, message)
+        self.reason = reason
+
+
+def _reason(error: GoogleError) -> str:
+    if isinstance(error, ComputeError):
+        return error.reason
+    return {
+        404: "notFound",
+        400: "invalid",
+        409: "alreadyExists",
+        429: "rateLimitExceeded",
+        403: "forbidden",
+    }.get(error.code, "backendError")
 
 
 @router.api_route("/compute/v1/{path:path}", methods=["GET", "POST", "DELETE", "PATCH", "PUT"])
 async def compute(path: str, request: Request) -> Response:
     state = emulator_state(request)
     try:
+        body = await read_json(request) if request.method == "POST" else None
         with state.lock:
             fault = state.faults.take(request.method, request.url.path)
             if fault is not None:
                 raise GoogleError(fault.status, fault.message, fault.status_name)
-            if request.method != "GET":
-                raise GoogleError(501, f"Method {request.method} is not implemented by the emulator.")
-            return json_response(_dispatch(state, path.split("/")))
+            return json_response(_dispatch(state, request.method, path.split("/"), body))
     except GoogleError as error:
-        body = error.envelope()
-        body["error"]["errors"] = [
-            {"message": error.message, "domain": "global", "reason": _reason(error.code)}
+        envelope = error.envelope()
+        envelope["error"]["errors"] = [
+            {"message": error.message, "domain": "global", "reason": _reason(error)}
         ]
-        return json_response(body, error.code)
+        return json_response(envelope, error.code)
 
 
-def _reason(code: int) -> str:
-    return {404: "notFound", 400: "invalid", 429: "rateLimitExceeded", 403: "forbidden"}.get(
-        code, "backendError"
-    )
-
-
-def _dispatch(state: EmulatorState, parts: list[str]) -> JSON:
-    match parts:
-        case ["projects", project, "zones", zone, "reservations"]:
+def _dispatch(state: EmulatorState, method: str, parts: list[str], body: Any) -> JSON:
+    match method, parts:
+        case "GET", ["projects", project, "zones", zone, "reservations"]:
             items = [r.to_json() for (p, z, _), r in state.reservations.items() if (p, z) == (project, zone)]
-            link = f"{COMPUTE_BASE}/projects/{project}/zones/{zone}/reservations"
-            return {"kind": "compute#reservationList", "id": link, "items": items, "selfLink": link}
-        case ["projects", project, "zones", zone, "reservations", name]:
+            return _list("compute#reservationList", f"projects/{project}/zones/{zone}/reservations", items)
+        case "GET", ["projects", project, "zones", zone, "reservations", name]:
             reservation = state.reservations.get((project, zone, name))
             if reservation is None:
-                path = f"projects/{project}/zones/{zone}/reservations/{name}"
-                raise GoogleError(404, f"The resource '{path}' was not found")
+                raise _not_found(f"projects/{project}/zones/{zone}/reservations/{name}")
             return reservation.to_json()
-        case ["projects", project, "aggregated", "reservations"]:
-            scoped: dict[str, JSON] = {}
-            for (p, zone, _), reservation in state.reservations.items():
-                if p == project:
-                    scoped.setdefault(f"zones/{zone}", {"reservations": []})["reservations"].append(
-                        reservation.to_json()
-                    )
-            link = f"{COMPUTE_BASE}/projects/{project}/aggregated/reservations"
-            return {
-                "kind": "compute#reservationAggregatedList",
-                "id": link,
-                "items": scoped,
-                "selfLink": link,
-            }
-    raise GoogleError(404, f"The resource '{'/'.join(parts)}' was not found")
+        case "GET", ["projects", project, "aggregated", "reservations"]:
+            return _aggregated_reservations(state, project)
+        case "GET", ["projects", project, "regions", region, "resourcePolicies"]:
+            items = [
+                p.to_json()
+                for (pr, r, _), p in state.resource_policies.items()
+                if (pr, r) == (project, region)
+            ]
+            return _list(
+                "compute#resourcePolicyList", f"projects/{project}/regions/{region}/resourcePolicies", items
+            )
+        case "GET", ["projects", project, "regions", region, "resourcePolicies", name]:
+            return _policy(state, project, region, name).to_json()
+        case "POST", ["projects", project, "regions", region, "resourcePolicies"]:
+            return _insert_policy(state, project, region, body)
+        case "DELETE", ["projects", project, "regions", region, "resourcePolicies", name]:
+            return _delete_policy(state, project, region, name)
+        case "GET", ["projects", project, "regions", region, "operations", name]:
+            operation = state.compute_operations.get((project, name))
+            if operation is None:
+                raise _not_found(f"projects/{project}/regions/{region}/operations/{name}")
+            return operation
+    if method != "GET":
+        raise GoogleError(
+            501, f"Method {method} /compute/v1/{'/'.join(parts)} is not implemented by the emulator."
+        )
+    raise _not_found("/".join(parts))
+
+
+def _not_found(path: str) -> ComputeError:
+    return ComputeError(404, f"The resource '{path}' was not found", "notFound")
+
+
+def _list(kind: str, path: str, items: list[JSON]) -> JSON:
+    link = f"{COMPUTE_BASE}/{path}"
+    return {"kind": kind, "id": link, "items": items, "selfLink": link}
+
+
+def _aggregated_reservations(state: EmulatorState, project: str) -> JSON:
+    scoped: dict[str, JSON] = {}
+    for (p, zone, _), reservation in state.reservations.items():
+        if p == project:
+            scoped.setdefault(f"zones/{zone}", {"reservations": []})["reservations"].append(
+                reservation.to_json()
+            )
+    link = f"{COMPUTE_BASE}/projects/{project}/aggregated/reservations"
+    return {"kind": "compute#reservationAggregatedList", "id": link, "items": scoped, "selfLink": link}
+
+
+def _policy(state: EmulatorState, project: str, region: str, name: str) -> ResourcePolicy:
+    policy = state.resource_policies.get((project, region, name))
+    if policy is None:
+        raise _not_found(f"projects/{project}/regions/{region}/resourcePolicies/{name}")
+    return policy
+
+
+def _insert_policy(state: EmulatorState, project: str, region: str, body: Any) -> JSON:
+    """resourcePolicies.insert: the body is the ResourcePolicy, parsed like the real API (unknown fields
+    ignored)."""
+    spec = _parse_policy(body)
+    name = str(spec.get("name", ""))
+    if not _NAME.fullmatch(name):
+        raise ComputeError(
+            400,
+            f"Invalid value for field 'resource.name': '{name}'. "
+            f"Must be a match of regex '(?:{_NAME.pattern})'",
+            "invalid",
+        )
+    path = f"projects/{project}/regions/{region}/resourcePolicies/{name}"
+    if (project, region, name) in state.resource_policies:
+        raise ComputeError(409, f"The resource '{path}' already exists", "alreadyExists")
+    policy = ResourcePolicy(project, region, name, spec)
+    state.resource_policies[(project, region, name)] = policy
+    return _done_operation(state, project, region, "insert", policy.self_link)
+
+
+def _parse_policy(body: Any) -> JSON:
+    if not isinstance(body, dict):
+        raise ComputeError(400, "Invalid JSON payload: the resource policy must be an object.", "invalid")
+    try:
+        message = compute_v1.ResourcePolicy.from_json(json.dumps(body), ignore_unknown_fields=True)
+    except Exception as exc:  # json_format.ParseError and friends
+        raise ComputeError(400, f"Invalid JSON payload received. {exc}", "invalid") from exc
+    spec: JSON = compute_v1.ResourcePolicy.to_dict(
+        message, preserving_proto_field_name=False, always_print_fields_with_no_presence=False
+    )
+    return spec
+
+
+def _delete_policy(state: EmulatorState, project: str, region: str, name: str) -> JSON:
+    """Compute refuses to delete a resource another resource uses (here: a node pool placed by the policy)."""
+    policy = _policy(state, project, region, name)
+    for cluster in state.clusters.values():
+        for pool in cluster.node_pools.values():
+            placement = pool.spec.get("placementPolicy", {})
+            zone = pool.locations[0] if pool.locations else ""
+            if (
+                cluster.project == project
+                and zone.startswith(f"{region}-")
+                and placement.get("policyName") == name
+            ):
+                raise ComputeError(
+                    400,
+                    f"The resource_policy resource '{policy.self_link}' is already being used by "
+                    f"'{cluster.path}/nodePools/{pool.name}'",
+                    "resourceInUseByAnotherResource",
+                )
+    del state.resource_policies[(project, region, name)]
+    return _done_operation(state, project, region, "delete", policy.self_link)
+
+
+def _done_operation(state: EmulatorState, project: str, region: str, kind: str, target: str) -> JSON:
+    """A regional Compute Operation, already DONE (the emulator applies the change at once)."""
+    name = f"operation-{int(time.time() * 1000)}-{random_hex(13)}-{random_hex(8)}"
+    region_link = f"{COMPUTE_BASE}/projects/{project}/regions/{region}"
+    now = rfc3339()
+    operation: JSON = {
+        "kind": "compute#operation",
+        "id": str(zlib.crc32(name.encode()) * 1000003),
+        "name": name,
+        "operationType": kind,
+        "targetLink": target,
+        "targetId": str(zlib.crc32(target.encode()) * 1000003),
+        "status": "DONE",
+        "user": "emulator@falcon.local",
+        "progress": 100,
+        "insertTime": now,
+        "startTime": now,
+        "endTime": now,
+        "selfLink": f"{region_link}/operations/{name}",
+        "region": region_link,
+    }
+    state.compute_operations[(project, name)] = operation
+    return operation

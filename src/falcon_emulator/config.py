@@ -6,8 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
+
+from falcon_emulator.tpu_catalog import parse_version
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("default.yaml")
 
@@ -27,6 +29,18 @@ class ClusterConfig(_Model):
     location: str
     flex_start: FlexStartConfig = Field(default_factory=FlexStartConfig)
     zones: list[str] = Field(default_factory=list)  # node zones; default: the location or <region>-a
+    gke_version: str | None = None  # this cluster's GKE version; default: the top-level gkeVersion
+    # Kubernetes ServiceAccounts ("namespace/name") that exist from the start, besides each namespace's
+    # "default" (created by the ServiceAccount controller on a real cluster).
+    service_accounts: list[str] = Field(default_factory=list)
+
+    @field_validator("gke_version")
+    @classmethod
+    def _gke_version(cls, value: str | None) -> str | None:
+        """Reject a version the node-pool rules could not compare (e.g. 1.33 without a patch)."""
+        if value is not None:
+            parse_version(value)
+        return value
 
     def node_zones(self) -> list[str]:
         if self.zones:
@@ -39,10 +53,20 @@ class ReservationConfig(_Model):
     machine_type: str
     count: int
     in_use_count: int = 0  # capacity taken by something outside the emulated clusters
+    status: str = "READY"  # CREATING | READY | UPDATING | DELETING | INVALID
+    share_with: list[str] = Field(default_factory=list)  # consumer projects (shareType SPECIFIC_PROJECTS)
+
+
+class BucketConfig(_Model):
+    """A GCS bucket of the project and the Workload Identity principals that may write to it,
+    as IAM spells a Kubernetes ServiceAccount: ``serviceAccount:<project>.svc.id.goog[<namespace>/<ksa>]``."""
+
+    writers: list[str] = Field(default_factory=list)
 
 
 class ProjectConfig(_Model):
     reservations: dict[str, ReservationConfig] = Field(default_factory=dict)
+    buckets: dict[str, BucketConfig] = Field(default_factory=dict)
     clusters: dict[str, ClusterConfig] = Field(default_factory=dict)
 
 
@@ -62,8 +86,16 @@ class EmulatorConfig(_Model):
     watch_max_seconds: float = 1800.0  # server-side cap on a watch without timeoutSeconds
     watch_bookmark_seconds: float = 30.0
     event_ttl_seconds: float = 3600.0  # like kube-apiserver --event-ttl
-    gke_version: str = "1.33.5-gke.1080000"
+    gke_version: str = "1.34.1-gke.1829001"
+    # Zones offering a TPU machine type, replacing the documented list (tpu_catalog.py) for that type.
+    tpu_zones: dict[str, list[str]] = Field(default_factory=dict)
     projects: dict[str, ProjectConfig] = Field(default_factory=dict)
+
+    @field_validator("gke_version")
+    @classmethod
+    def _gke_version(cls, value: str) -> str:
+        parse_version(value)
+        return value
 
     @property
     def delete_seconds(self) -> float:

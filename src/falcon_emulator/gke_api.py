@@ -102,7 +102,7 @@ def _cluster(state: EmulatorState, project: str, location: str, name: str) -> Cl
 
 
 def _cluster_json(state: EmulatorState, cluster: ClusterState, host: str) -> JSON:
-    version = state.config.gke_version
+    version = state.gke_version(cluster)
     return {
         "name": cluster.name,
         "location": cluster.location,

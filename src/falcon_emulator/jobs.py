@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import time
 
-from falcon_emulator.events import record_event
-from falcon_emulator.k8s_objects import CONTROLLER_UID, JOB_NAME, prepare
+from falcon_emulator.admission import admit_pod
+from falcon_emulator.events import record_event, refresh_event
+from falcon_emulator.k8s_objects import CONTROLLER_UID, INDEX_ANNOTATION, JOB_NAME, prepare
 from falcon_emulator.pods import condition, delete_pod, is_deleting, is_terminal, set_condition
 from falcon_emulator.state import ClusterState, EmulatorState, JobRuntime
 from falcon_emulator.store import BY_PLURAL, KubeError
 from falcon_emulator.util import JSON, clone, parse_rfc3339, random_suffix, rfc3339
 
-INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 _COMPONENT = "job-controller"
+_FAILED_CREATE_EVENT_SECONDS = 1.0
 
 
 def finished(job: JSON) -> str | None:
@@ -187,7 +188,8 @@ def _create_missing(cluster: ClusterState, job: JSON, runtime: JobRuntime, activ
             if free <= 0:
                 break
             if index not in runtime.succeeded_indexes and index not in busy:
-                _create_pod(cluster, job, runtime, index)
+                if not _create_pod(cluster, job, runtime, index):
+                    return
                 free -= 1
         return
     completions = spec.get("completions")
@@ -196,10 +198,12 @@ def _create_missing(cluster: ClusterState, job: JSON, runtime: JobRuntime, activ
     else:
         wanted = min(parallelism, int(completions) - runtime.succeeded)
     for _ in range(wanted - len(active)):
-        _create_pod(cluster, job, runtime, None)
+        if not _create_pod(cluster, job, runtime, None):
+            return
 
 
-def _create_pod(cluster: ClusterState, job: JSON, runtime: JobRuntime, index: int | None) -> None:
+def _create_pod(cluster: ClusterState, job: JSON, runtime: JobRuntime, index: int | None) -> bool:
+    """Create one pod through admission; False when admission refused it (retried on a later sync)."""
     pod = _pod_from_template(job, index)
     namespace = job["metadata"]["namespace"]
     for _ in range(5):
@@ -208,13 +212,27 @@ def _create_pod(cluster: ClusterState, job: JSON, runtime: JobRuntime, index: in
             break
     prepared = prepare(BY_PLURAL["pods"], namespace, pod)
     try:
+        admit_pod(cluster, prepared)
         cluster.store.add("pods", prepared)
-    except KubeError:
-        return
+    except KubeError as error:
+        if error.code == 403:
+            _failed_create(cluster, job, error.message)
+        return False
     runtime.known.add(prepared["metadata"]["uid"])
     record_event(
         cluster, job, "SuccessfulCreate", f"Created pod: {prepared['metadata']['name']}", component=_COMPONENT
     )
+    return True
+
+
+def _failed_create(cluster: ClusterState, job: JSON, message: str) -> None:
+    """The Job controller's FailedCreate warning; it retries every sync, the event is bumped at most once
+    per _FAILED_CREATE_EVENT_SECONDS (the real controller backs off, the recorder aggregates)."""
+    text = f"Error creating: {message}"
+    existing = refresh_event(cluster, job, "FailedCreate", text)
+    last = parse_rfc3339(str(existing.get("lastTimestamp"))) if existing else None
+    if last is None or time.time() - last >= _FAILED_CREATE_EVENT_SECONDS:
+        record_event(cluster, job, "FailedCreate", text, warning=True, component=_COMPONENT)
 
 
 def _pod_from_template(job: JSON, index: int | None) -> JSON:

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from starlette.datastructures import QueryParams
 from starlette.responses import PlainTextResponse, Response
 
+from falcon_emulator.admission import admit_pod
 from falcon_emulator.errors import json_response, kube_error, kube_response
 from falcon_emulator.gke_api import emulator_state
 from falcon_emulator.jobs import delete_job
@@ -19,6 +20,7 @@ from falcon_emulator.k8s_objects import prepare, stamp_job_selector
 from falcon_emulator.k8s_watch import open_watch
 from falcon_emulator.pods import delete_pod, fail_lost_pod, remove_pod
 from falcon_emulator.selectors import SelectorError, labels_match, parse_field_selector, parse_label_selector
+from falcon_emulator.service_accounts import provision_namespace
 from falcon_emulator.state import ClusterState, EmulatorState
 from falcon_emulator.store import RESOURCES, KubeError, ResourceType
 from falcon_emulator.util import JSON, json_patch, merge_patch
@@ -152,10 +154,15 @@ def _create(cluster: ClusterState, target: Target, body: Any, params: QueryParam
     obj["metadata"]["uid"] = str(uuid.uuid4())
     if rt.plural == "jobs":
         stamp_job_selector(obj)
+    if rt.plural == "pods":
+        admit_pod(cluster, obj)
     if params.get("dryRun"):
         obj.update(kind=rt.kind, apiVersion=rt.api_version)
         return json_response(obj, 201)
-    return json_response(cluster.store.add(rt.plural, obj), 201)
+    created = cluster.store.add(rt.plural, obj)
+    if rt.plural == "namespaces":
+        provision_namespace(cluster, created["metadata"]["name"])
+    return json_response(created, 201)
 
 
 _IMMUTABLE_META = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "resourceVersion")
@@ -258,7 +265,8 @@ def _delete(
             if pod["spec"].get("nodeName") == obj["metadata"]["name"]:
                 fail_lost_pod(cluster, pod, obj["metadata"]["name"])
     cluster.store.remove(rt.plural, obj)
-    return json_response(obj if rt.plural == "services" else _success(rt, obj))  # as the apiserver answers
+    returns_object = rt.plural in ("services", "serviceaccounts")  # ReturnDeletedObject in their registries
+    return json_response(obj if returns_object else _success(rt, obj))
 
 
 def _delete_namespace(state: EmulatorState, cluster: ClusterState, namespace: JSON) -> JSON:
@@ -271,7 +279,7 @@ def _delete_namespace(state: EmulatorState, cluster: ClusterState, namespace: JS
         delete_job(state, cluster, job, "Background")
     for pod in list(cluster.store.iter("pods", name)):
         remove_pod(cluster, pod)
-    for plural in ("events", "services"):
+    for plural in ("events", "services", "serviceaccounts"):
         for obj in list(cluster.store.iter(plural, name)):
             cluster.store.remove(plural, obj)
     namespace["status"] = {"phase": "Terminating"}

@@ -10,6 +10,7 @@ from falcon_emulator.util import JSON, random_suffix
 
 JOB_NAME = "batch.kubernetes.io/job-name"
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 
 def invalid(rt: ResourceType, name: str, message: str) -> KubeError:

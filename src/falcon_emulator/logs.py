@@ -1,14 +1,12 @@
-"""Synthetic container stdout: the container environment and the GCS FUSE log file it would write."""
+"""Synthetic container stdout and the container environment it is derived from."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path, PurePosixPath
 
-from falcon_emulator.state import ClusterState, EmulatorState
+from falcon_emulator.state import ClusterState
 from falcon_emulator.util import JSON, rfc3339
 
-GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
 _VAR_RE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _FIELD_RE = re.compile(r"metadata\.(labels|annotations)\['(.+)'\]")
 
@@ -56,37 +54,6 @@ def container_env(pod: JSON, container: JSON) -> dict[str, str]:
     return env
 
 
-def gcs_log_path(data_dir: Path, pod: JSON, container: JSON, log_file: str) -> Path | None:
-    """Where a FALCON_LOG_FILE under a gcsfuse CSI mount lands: <data_dir>/gcs/<bucket>/<object>."""
-    target = PurePosixPath(log_file)
-    volumes = {v.get("name"): v for v in pod["spec"].get("volumes") or []}
-    for mount in container.get("volumeMounts") or []:
-        mount_path = PurePosixPath(mount["mountPath"])
-        csi = (volumes.get(mount.get("name")) or {}).get("csi") or {}
-        if csi.get("driver") != GCSFUSE_DRIVER or not target.is_relative_to(mount_path):
-            continue
-        attributes = csi.get("volumeAttributes") or {}
-        bucket = attributes.get("bucketName")
-        if not bucket:
-            continue
-        parts = [*_only_dir(attributes), mount.get("subPath") or "", str(target.relative_to(mount_path))]
-        return _inside(data_dir / "gcs" / bucket, "/".join(p for p in parts if p))
-    return None
-
-
-def _only_dir(attributes: JSON) -> list[str]:
-    for option in str(attributes.get("mountOptions") or "").split(","):
-        key, _, value = option.strip().partition("=")
-        if key.replace("_", "-") == "only-dir" and value:
-            return [value.strip("/")]
-    return []
-
-
-def _inside(root: Path, relative: str) -> Path | None:
-    path = (root / relative).resolve()
-    return path if path.is_relative_to(root.resolve()) and path != root.resolve() else None
-
-
 def start_text(container: JSON, env: dict[str, str]) -> str:
     command = [expand(str(c), env) for c in container.get("command") or []]
     args = [expand(str(a), env) for a in container.get("args") or []]
@@ -103,19 +70,9 @@ def exit_text(container: JSON, code: int, reason: str) -> str:
     return f"[emulator] {rfc3339()} container {container['name']} exited with code {code} ({reason})\n"
 
 
-def append_log(state: EmulatorState, cluster: ClusterState, pod: JSON, container: JSON, text: str) -> None:
-    """Grow the container's stdout in memory (for /log) and in its GCS log file, if it has one."""
+def append_log(cluster: ClusterState, pod: JSON, container: JSON, text: str) -> None:
+    """Grow the container's stdout, which GET .../pods/NAME/log returns. Files the container writes (its log
+    in a bucket, say) are its own business: no container runs here, so none is written."""
     meta = pod["metadata"]
     logs = cluster.logs.setdefault((meta["namespace"], meta["name"]), {})
     logs[container["name"]] = logs.get(container["name"], "") + text
-    runtime = cluster.pods.get(meta["uid"])
-    env = runtime.envs.get(container["name"], {}) if runtime else {}
-    log_file = env.get("FALCON_LOG_FILE")
-    if not log_file:
-        return
-    path = gcs_log_path(state.data_dir, pod, container, log_file)
-    if path is None:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        handle.write(text)

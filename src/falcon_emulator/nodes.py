@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
-from falcon.domain.topology import GENERATIONS
 from falcon_emulator.state import ClusterState, NodePool
+from falcon_emulator.tpu_catalog import tpu_machine
 from falcon_emulator.util import JSON, random_hex, random_suffix, rfc3339
 
 TPU_RESOURCE = "google.com/tpu"
@@ -15,53 +12,10 @@ _TAINT_EFFECTS = {
     "PREFER_NO_SCHEDULE": "PreferNoSchedule",
     "NO_EXECUTE": "NoExecute",
 }
-_DEFAULT_2D = {1: "1x1", 4: "2x2", 8: "2x4"}
-_DEFAULT_3D = {1: "1x1x1", 4: "2x2x1", 8: "2x4x1"}
 
 
-@dataclass(frozen=True)
-class MachineInfo:
-    machine_type: str
-    accelerator: str | None  # cloud.google.com/gke-tpu-accelerator, None for non-TPU machines
-    chips: int  # google.com/tpu per VM
-    dims: int
-
-
-def machine_info(machine_type: str) -> MachineInfo:
-    match = re.fullmatch(r"(.+)-(\d+)t", machine_type)
-    if match:
-        for generation in GENERATIONS.values():
-            if generation.machine_prefix == match.group(1):
-                return MachineInfo(
-                    machine_type, generation.accelerator_label, int(match.group(2)), generation.dims
-                )
-    return MachineInfo(machine_type, None, 0, 2)
-
-
-def pool_topology(pool: NodePool, info: MachineInfo) -> str | None:
-    """tpuTopology, else a trailing AxB[xC] of the workload policy name, else the single-host default."""
-    if info.accelerator is None:
-        return None
-    placement = pool.spec.get("placementPolicy", {})
-    if placement.get("tpuTopology"):
-        return str(placement["tpuTopology"])
-    match = re.search(r"(\d+x\d+(?:x\d+)?)$", str(placement.get("policyName", "")))
-    if match:
-        return match.group(1)
-    defaults = _DEFAULT_3D if info.dims == 3 else _DEFAULT_2D
-    return defaults.get(info.chips, f"{info.chips}x1")
-
-
-def node_zone(cluster: ClusterState, pool: NodePool) -> str:
-    if pool.reservation is not None:
-        return pool.reservation.zone
-    locations = pool.spec.get("locations") or cluster.config.node_zones()
-    return str(locations[0])
-
-
-def node_labels(cluster: ClusterState, pool: NodePool, name: str = "") -> dict[str, str]:
-    info = machine_info(pool.machine_type)
-    zone = node_zone(cluster, pool)
+def node_labels(pool: NodePool, zone: str, name: str = "") -> dict[str, str]:
+    machine = tpu_machine(pool.machine_type)
     labels = {
         "cloud.google.com/gke-nodepool": pool.name,
         "cloud.google.com/gke-provisioning": {"flex-start": "flex-start", "spot": "spot"}.get(
@@ -69,16 +23,16 @@ def node_labels(cluster: ClusterState, pool: NodePool, name: str = "") -> dict[s
         ),
         "cloud.google.com/machine-family": pool.machine_type.split("-")[0],
         "node.kubernetes.io/instance-type": pool.machine_type,
-        "topology.kubernetes.io/region": cluster.location if zone.count("-") < 2 else zone.rsplit("-", 1)[0],
+        "topology.kubernetes.io/region": zone.rsplit("-", 1)[0],
         "topology.kubernetes.io/zone": zone,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
     }
     if name:
         labels["kubernetes.io/hostname"] = name
-    if info.accelerator:
-        labels["cloud.google.com/gke-tpu-accelerator"] = info.accelerator
-        labels["cloud.google.com/gke-tpu-topology"] = pool_topology(pool, info) or ""
+    if machine is not None:
+        labels["cloud.google.com/gke-tpu-accelerator"] = machine.accelerator
+        labels["cloud.google.com/gke-tpu-topology"] = pool.topology or machine.single_host_topology
     if pool.flex_start:
         labels["cloud.google.com/gke-flex-start"] = "true"
     if pool.config.get("spot"):
@@ -92,7 +46,7 @@ def node_labels(cluster: ClusterState, pool: NodePool, name: str = "") -> dict[s
 
 def node_taints(pool: NodePool) -> list[JSON]:
     taints: list[JSON] = []
-    if machine_info(pool.machine_type).accelerator:
+    if tpu_machine(pool.machine_type) is not None:
         taints.append({"key": TPU_RESOURCE, "value": "present", "effect": "NoSchedule"})
     for taint in pool.config.get("taints", []):
         effect = _TAINT_EFFECTS.get(str(taint.get("effect", "")), "NoSchedule")
@@ -101,19 +55,22 @@ def node_taints(pool: NodePool) -> list[JSON]:
 
 
 def allocatable(pool: NodePool) -> dict[str, str]:
-    info = machine_info(pool.machine_type)
+    machine = tpu_machine(pool.machine_type)
     resources = {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}
-    if info.accelerator:
+    if machine is not None:
         resources.update(
-            cpu="180" if info.chips >= 4 else "44", memory="720Gi", **{TPU_RESOURCE: str(info.chips)}
+            cpu="180" if machine.chips >= 4 else "44", memory="720Gi", **{TPU_RESOURCE: str(machine.chips)}
         )
     return resources
 
 
-def template_node(cluster: ClusterState, pool: NodePool) -> JSON:
+def template_node(pool: NodePool) -> JSON:
     """The node a scale-up of this pool would create (used to decide whether a pending pod fits)."""
     return {
-        "metadata": {"name": f"template-{pool.name}", "labels": node_labels(cluster, pool)},
+        "metadata": {
+            "name": f"template-{pool.name}",
+            "labels": node_labels(pool, pool.locations[0]),
+        },
         "spec": {"taints": node_taints(pool)},
         "status": {"allocatable": allocatable(pool), "conditions": [{"type": "Ready", "status": "True"}]},
     }
@@ -123,15 +80,15 @@ def new_node_name(cluster: ClusterState, pool: NodePool) -> str:
     return f"gke-{cluster.name}-{pool.name}-{random_hex(8)}-{random_suffix(4)}"[:63]
 
 
-def build_node(cluster: ClusterState, pool: NodePool, name: str) -> JSON:
+def build_node(cluster: ClusterState, pool: NodePool, name: str, zone: str, version: str) -> JSON:
     now = rfc3339()
     ip = cluster.allocate_ip()
     resources = allocatable(pool)
     return {
-        "metadata": {"name": name, "labels": node_labels(cluster, pool, name), "annotations": {}},
+        "metadata": {"name": name, "labels": node_labels(pool, zone, name), "annotations": {}},
         "spec": {
             "taints": node_taints(pool),
-            "providerID": f"gce://{cluster.project}/{node_zone(cluster, pool)}/{name}",
+            "providerID": f"gce://{cluster.project}/{zone}/{name}",
             "podCIDR": "10.100.0.0/24",
         },
         "status": {
@@ -141,7 +98,7 @@ def build_node(cluster: ClusterState, pool: NodePool, name: str) -> JSON:
             "conditions": _node_conditions(now),
             "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": _node_info(name),
+            "nodeInfo": _node_info(name, version),
         },
     }
 
@@ -167,14 +124,14 @@ def _node_conditions(now: str) -> list[JSON]:
     return conditions
 
 
-def _node_info(name: str) -> JSON:
+def _node_info(name: str, version: str) -> JSON:
     return {
         "architecture": "amd64",
         "bootID": random_hex(32),
         "containerRuntimeVersion": "containerd://1.7.24",
         "kernelVersion": "6.6.72+",
-        "kubeProxyVersion": "v1.33.5-gke.1080000",
-        "kubeletVersion": "v1.33.5-gke.1080000",
+        "kubeProxyVersion": f"v{version}",
+        "kubeletVersion": f"v{version}",
         "machineID": random_hex(32),
         "operatingSystem": "linux",
         "osImage": "Container-Optimized OS from Google",

@@ -55,30 +55,40 @@ def _quantity(value: Any) -> int:
         return 0
 
 
+def container_tpus(container: JSON) -> int:
+    """The google.com/tpu chips one container asks for (limits or requests, whichever is larger)."""
+    resources = container.get("resources") or {}
+    limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
+    return max(_quantity(limits.get(TPU_RESOURCE, 0)), _quantity(requests.get(TPU_RESOURCE, 0)))
+
+
 def tpu_request(pod: JSON) -> int:
-    total = 0
-    for container in pod["spec"].get("containers", []):
-        resources = container.get("resources") or {}
-        limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
-        total += max(_quantity(limits.get(TPU_RESOURCE, 0)), _quantity(requests.get(TPU_RESOURCE, 0)))
-    return total
+    return sum(container_tpus(c) for c in pod["spec"].get("containers", []))
 
 
 def terminate_containers(pod: JSON, exit_code: int, reason: str, message: str | None = None) -> None:
     """Every container that is not terminated yet ends now with this exit code."""
-    now = rfc3339()
     for status in pod["status"].get("containerStatuses", []):
-        state = status.get("state", {})
-        if "terminated" in state:
-            continue
-        terminated: JSON = {"exitCode": exit_code, "reason": reason, "finishedAt": now}
-        terminated["startedAt"] = state.get("running", {}).get("startedAt", now)
-        if message:
-            terminated["message"] = message
-        status.update(state={"terminated": terminated}, ready=False, started=False)
+        _terminate(status, exit_code, reason, message)
+
+
+def _terminate(status: JSON, exit_code: int, reason: str, message: str | None = None) -> None:
+    state = status.get("state", {})
+    if "terminated" in state:
+        return
+    now = rfc3339()
+    terminated: JSON = {"exitCode": exit_code, "reason": reason, "finishedAt": now}
+    terminated["startedAt"] = state.get("running", {}).get("startedAt", now)
+    if message:
+        terminated["message"] = message
+    status.update(state={"terminated": terminated}, ready=False, started=False)
 
 
 def finish_pod(pod: JSON, phase: str) -> None:
+    """The pod ends; its sidecars (init containers with restartPolicy Always) are stopped after the main
+    containers and end Completed, as the kubelet does since Kubernetes 1.29."""
+    for status in pod["status"].get("initContainerStatuses", []):
+        _terminate(status, 0, "Completed")
     pod["status"]["phase"] = phase
     reason = "PodCompleted" if phase == "Succeeded" else "PodFailed"
     for kind in ("Ready", "ContainersReady"):

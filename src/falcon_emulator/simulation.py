@@ -1,4 +1,5 @@
-"""The background loop: operations, Job controller, scheduler, flex-start autoscaler, kubelet."""
+"""The background loop: operations, ServiceAccount and Job controllers, scheduler, flex-start autoscaler,
+kubelet."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from falcon_emulator.jobs import run_jobs
 from falcon_emulator.kubelet import run_kubelet
 from falcon_emulator.nodepools import advance_operations
 from falcon_emulator.scheduler import schedule
+from falcon_emulator.service_accounts import sync_service_accounts
 from falcon_emulator.state import ClusterState, EmulatorState
 
 log = logging.getLogger(__name__)
@@ -25,6 +27,7 @@ def tick(state: EmulatorState) -> None:
         now = state.now()
         advance_operations(state, now)
         for cluster in state.clusters.values():
+            sync_service_accounts(cluster)
             run_jobs(state, cluster, now)
             schedule(state, cluster, now)
             autoscale(state, cluster, now)

@@ -30,6 +30,8 @@ class Reservation:
     machine_type: str
     count: int
     in_use: int = 0
+    status: str = "READY"
+    share_with: list[str] = field(default_factory=list)  # consumer projects besides the owner
     created: str = field(default_factory=rfc3339)
 
     @property
@@ -40,6 +42,16 @@ class Reservation:
     def self_link(self) -> str:
         return f"{COMPUTE_BASE}/projects/{self.project}/zones/{self.zone}/reservations/{self.name}"
 
+    def shared_with(self, project: str) -> bool:
+        return project == self.project or project in self.share_with
+
+    def share_settings(self) -> JSON:
+        """LOCAL, or SPECIFIC_PROJECTS with a projectMap keyed by project id (Compute ShareSettings)."""
+        if not self.share_with:
+            return {"shareType": "LOCAL"}
+        projects = {p: {"projectId": p} for p in self.share_with}
+        return {"shareType": "SPECIFIC_PROJECTS", "projectMap": projects}
+
     def to_json(self) -> JSON:
         return {
             "kind": "compute#reservation",
@@ -48,7 +60,7 @@ class Reservation:
             "zone": f"{COMPUTE_BASE}/projects/{self.project}/zones/{self.zone}",
             "selfLink": self.self_link,
             "creationTimestamp": self.created,
-            "status": "READY",
+            "status": self.status,
             "specificReservationRequired": True,
             "specificReservation": {
                 "count": str(self.count),
@@ -56,19 +68,53 @@ class Reservation:
                 "assuredCount": str(self.count),
                 "instanceProperties": {"machineType": self.machine_type},
             },
-            "shareSettings": {"shareType": "LOCAL"},
+            "shareSettings": self.share_settings(),
         }
+
+
+@dataclass
+class ResourcePolicy:
+    """A regional Compute resource policy; a workload policy (workloadPolicy) places a TPU7x slice."""
+
+    project: str
+    region: str
+    name: str
+    body: JSON  # the ResourcePolicy as inserted (camelCase JSON)
+    created: str = field(default_factory=rfc3339)
+
+    @property
+    def self_link(self) -> str:
+        return f"{COMPUTE_BASE}/projects/{self.project}/regions/{self.region}/resourcePolicies/{self.name}"
+
+    @property
+    def workload_policy(self) -> JSON:
+        policy: JSON = self.body.get("workloadPolicy", {})
+        return policy
+
+    def to_json(self) -> JSON:
+        return dict(
+            self.body,
+            kind="compute#resourcePolicy",
+            id=str(zlib.crc32(self.self_link.encode()) * 1000003),
+            name=self.name,
+            region=f"{COMPUTE_BASE}/projects/{self.project}/regions/{self.region}",
+            selfLink=self.self_link,
+            creationTimestamp=self.created,
+            status="READY",
+        )
 
 
 @dataclass
 class NodePool:
     name: str
     spec: JSON  # the NodePool as created (camelCase JSON, string enums)
+    locations: list[str]  # the zones its nodes live in (validated at create)
+    topology: str | None = None  # TPU topology of the slice (None for non-TPU machines)
     status: str = "PROVISIONING"
     status_message: str = ""
     conditions: list[JSON] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
-    reservation: Reservation | None = None  # capacity this pool's nodes hold
+    taken: list[tuple[Reservation, int]] = field(default_factory=list)  # reservation capacity its nodes hold
     scale_up_at: float | None = None  # flex-start: when the pending scale-up lands
     noted_pods: set[str] = field(default_factory=set)  # pods already told NotTriggerScaleUp
 
@@ -87,7 +133,7 @@ class NodePool:
 
     @property
     def reservation_ref(self) -> tuple[str | None, str] | None:
-        """(project or None, name) of a SPECIFIC_RESERVATION affinity."""
+        """(owner project or None for the cluster's own, name) of a SPECIFIC_RESERVATION affinity."""
         affinity = self.config.get("reservationAffinity", {})
         if affinity.get("consumeReservationType") != "SPECIFIC_RESERVATION" or not affinity.get("values"):
             return None
@@ -103,17 +149,20 @@ class NodePool:
             return "flex-start"
         return "spot" if self.config.get("spot") else "standard"
 
-    @property
-    def target_nodes(self) -> int:
+    def zone_counts(self) -> dict[str, int]:
+        """Nodes per zone when the create operation ends: initialNodeCount in every zone (it is per zone),
+        else the autoscaling maximum (totalMaxNodeCount spread over the zones, maxNodeCount per zone)."""
         autoscaling = self.spec.get("autoscaling", {})
-        for value in (
-            self.spec.get("initialNodeCount"),
-            autoscaling.get("totalMaxNodeCount"),
-            autoscaling.get("maxNodeCount"),
-        ):
-            if value:
-                return int(value)
-        return 0
+        per_zone = int(self.spec.get("initialNodeCount") or autoscaling.get("maxNodeCount") or 0)
+        if per_zone or not autoscaling.get("totalMaxNodeCount"):
+            return {zone: per_zone for zone in self.locations}
+        total = int(autoscaling["totalMaxNodeCount"])
+        share, extra = divmod(total, len(self.locations))
+        return {zone: share + (i < extra) for i, zone in enumerate(self.locations)}
+
+    @property
+    def total_nodes(self) -> int:
+        return sum(self.zone_counts().values())
 
 
 @dataclass
@@ -224,7 +273,9 @@ class EmulatorState:
         self.lock = threading.RLock()
         self.versions = ResourceVersions()
         self.clusters: dict[tuple[str, str, str], ClusterState] = {}
-        self.reservations: dict[tuple[str, str, str], Reservation] = {}
+        self.reservations: dict[tuple[str, str, str], Reservation] = {}  # (project, zone, name)
+        self.resource_policies: dict[tuple[str, str, str], ResourcePolicy] = {}  # (project, region, name)
+        self.compute_operations: dict[tuple[str, str], JSON] = {}  # (project, name) -> Compute Operation
         self.operations: dict[str, Operation] = {}
         self.faults = Faults()
         self._load(config)
@@ -233,7 +284,14 @@ class EmulatorState:
         for project, pconf in config.projects.items():
             for name, rconf in pconf.reservations.items():
                 reservation = Reservation(
-                    project, name, rconf.zone, rconf.machine_type, rconf.count, rconf.in_use_count
+                    project,
+                    name,
+                    rconf.zone,
+                    rconf.machine_type,
+                    rconf.count,
+                    rconf.in_use_count,
+                    rconf.status,
+                    list(rconf.share_with),
                 )
                 self.reservations[(project, rconf.zone, name)] = reservation
             for name, cconf in pconf.clusters.items():
@@ -244,11 +302,8 @@ class EmulatorState:
     def cluster(self, project: str, location: str, name: str) -> ClusterState | None:
         return self.clusters.get((project, location, name))
 
-    def find_reservation(self, project: str, name: str, zones: list[str]) -> Reservation | None:
-        candidates = [r for (p, _, n), r in self.reservations.items() if p == project and n == name]
-        preferred = [r for r in candidates if r.zone in zones]
-        found = preferred or candidates
-        return found[0] if found else None
+    def gke_version(self, cluster: ClusterState) -> str:
+        return cluster.config.gke_version or self.config.gke_version
 
     def active_operation(self, cluster: ClusterState) -> Operation | None:
         for op in self.operations.values():

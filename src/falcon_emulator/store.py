@@ -40,6 +40,7 @@ RESOURCES: dict[tuple[str, str], ResourceType] = {
         ResourceType("", "v1", "pods", "Pod", True),
         ResourceType("", "v1", "events", "Event", True),
         ResourceType("", "v1", "services", "Service", True),
+        ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True),
         ResourceType("batch", "v1", "jobs", "Job", True),
     )
 }

@@ -42,9 +42,16 @@ def reservations(emulator: EmulatorServer) -> compute_v1.ReservationsClient:
 
 
 @pytest.fixture(scope="session")
-def kube_for(emulator: EmulatorServer) -> Callable[[str], Kube]:
-    def make(cluster: str) -> Kube:
-        path = f"/k8s/{PROJECT}/{LOCATION}/{cluster}"
+def policies(emulator: EmulatorServer) -> compute_v1.ResourcePoliciesClient:
+    return compute_v1.ResourcePoliciesClient(
+        credentials=AnonymousCredentials(), client_options={"api_endpoint": emulator.url}
+    )
+
+
+@pytest.fixture(scope="session")
+def kube_for(emulator: EmulatorServer) -> Callable[..., Kube]:
+    def make(cluster: str, location: str = LOCATION) -> Kube:
+        path = f"/k8s/{PROJECT}/{location}/{cluster}"
         api = k8s.ApiClient(k8s.Configuration(host=emulator.url + path))
         return Kube(api, k8s.CoreV1Api(api), k8s.BatchV1Api(api), path)
 

@@ -19,12 +19,26 @@ ZONE = "us-east5-b"
 T = TypeVar("T")
 
 
-def _cluster(delay: float = 0.4, available: bool = True) -> dict[str, Any]:
-    return {
-        "location": LOCATION,
-        "zones": [ZONE],
+OWNER = "proj-owner"  # owns reservations shared with PROJECT
+CENTRAL = "us-central1"  # TPU7x (us-central1-c), v5e (us-central1-a) and v6e (us-central1-b) live here
+NEW_GKE = "1.34.1-gke.1829001"
+
+
+def _cluster(
+    delay: float = 0.4,
+    available: bool = True,
+    location: str = LOCATION,
+    zones: list[str] | None = None,
+    version: str | None = None,
+) -> dict[str, Any]:
+    cluster: dict[str, Any] = {
+        "location": location,
+        "zones": [ZONE] if zones is None else zones,
         "flexStart": {"available": available, "delaySeconds": delay},
     }
+    if version:
+        cluster["gkeVersion"] = version
+    return cluster
 
 
 _CLUSTERS = (
@@ -32,14 +46,33 @@ _CLUSTERS = (
     "concurrent",
     "reserved",
     "stockout",
-    "shapes",
     "faults",
     "raw",
     "work",
     "flex",
     "lost",
     "load",
+    "rules",
 )
+_CENTRAL_ZONES = [f"{CENTRAL}-a", f"{CENTRAL}-b", f"{CENTRAL}-c"]
+_RULE_CLUSTERS = {
+    # regional, three zones of which only a and b offer v6e
+    "regional": _cluster(zones=[f"{LOCATION}-a", ZONE, f"{LOCATION}-c"]),
+    "zonal": _cluster(location=ZONE, zones=[]),
+    "shapes": _cluster(location=CENTRAL, zones=_CENTRAL_ZONES, version=NEW_GKE),
+    "ironwood": _cluster(location=CENTRAL, zones=_CENTRAL_ZONES, version=NEW_GKE),
+    "ironwood-old": _cluster(location=CENTRAL, zones=_CENTRAL_ZONES, version="1.34.0-gke.1662000"),
+    # flex-start for TPUs needs 1.33.0-gke.1712000: gke.999000 is older although it sorts later as text
+    "flex-old": _cluster(version="1.33.0-gke.999000"),
+    "flex-min": _cluster(version="1.33.0-gke.1712000"),
+}
+
+
+def _reservation(
+    count: int = 4, zone: str = ZONE, machine: str = "ct6e-standard-4t", **extra: Any
+) -> dict[str, Any]:
+    return {"zone": zone, "machineType": machine, "count": count, **extra}
+
 
 TEST_CONFIG: dict[str, Any] = {
     "nodePoolProvisionSeconds": 0.3,
@@ -49,13 +82,26 @@ TEST_CONFIG: dict[str, Any] = {
     "tickSeconds": 0.05,
     "schedulerEventRefreshSeconds": 0.5,
     "someFutureKnob": "ignored",
+    # the docs list v5e in us-central1-a but not us-east5-b; the tests reshape that offer
+    "tpuZones": {"ct5lp-hightpu-4t": [ZONE]},
     "projects": {
         PROJECT: {
             "reservations": {
-                "res-big": {"zone": ZONE, "machineType": "ct6e-standard-4t", "count": 8},
-                "res-small": {"zone": ZONE, "machineType": "ct6e-standard-4t", "count": 2},
+                "res-big": _reservation(8),
+                "res-small": _reservation(2),
+                "res-zone-a": _reservation(zone=f"{LOCATION}-a"),
+                "res-creating": _reservation(status="CREATING"),
+                "res-v5e": _reservation(machine="ct5lp-hightpu-4t"),
             },
-            "clusters": {name: _cluster() for name in _CLUSTERS} | {"noflex": _cluster(available=False)},
+            "clusters": {name: _cluster() for name in _CLUSTERS}
+            | {"noflex": _cluster(available=False)}
+            | _RULE_CLUSTERS,
+        },
+        OWNER: {
+            "reservations": {
+                "res-shared": _reservation(shareWith=[PROJECT]),
+                "res-private": _reservation(),
+            }
         },
         "proj-b": {"clusters": {"edge-b": {"location": "us-central1"}}},
     },
@@ -88,7 +134,7 @@ def wait_for(check: Callable[[], T | None], timeout: float = 10.0, interval: flo
 def wait_operation(
     gke: container_v1.ClusterManagerClient, op: container_v1.Operation
 ) -> container_v1.Operation:
-    name = f"projects/{PROJECT}/locations/{LOCATION}/operations/{op.name}"
+    name = f"projects/{PROJECT}/locations/{op.location or LOCATION}/operations/{op.name}"
 
     def done() -> container_v1.Operation | None:
         current = gke.get_operation(name=name, timeout=5)
@@ -102,11 +148,13 @@ def tpu_pool(
     machine_type: str = "ct6e-standard-4t",
     nodes: int = 1,
     topology: str | None = None,
+    locations: list[str] | None = None,
     **config: Any,
 ) -> container_v1.NodePool:
     pool = container_v1.NodePool(
         name=name,
         initial_node_count=nodes,
+        locations=locations or [],
         config=container_v1.NodeConfig(machine_type=machine_type, **config),
     )
     if topology:
@@ -117,9 +165,12 @@ def tpu_pool(
 
 
 def create_pool(
-    gke: container_v1.ClusterManagerClient, cluster: str, pool: container_v1.NodePool
+    gke: container_v1.ClusterManagerClient,
+    cluster: str,
+    pool: container_v1.NodePool,
+    location: str = LOCATION,
 ) -> container_v1.Operation:
-    op = gke.create_node_pool(parent=cluster_name(cluster), node_pool=pool, timeout=5)
+    op = gke.create_node_pool(parent=cluster_name(cluster, location=location), node_pool=pool, timeout=5)
     return wait_operation(gke, op)
 
 

@@ -17,6 +17,7 @@ from emu_helpers import (
     wait_for,
 )
 from google.cloud import container_v1
+from kubernetes import client as k8s
 
 V6E_2X4 = {
     "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
@@ -34,8 +35,14 @@ def flex_pool(name: str) -> container_v1.NodePool:
     return pool
 
 
-def slice_job(name: str) -> object:
-    return job(
+def slice_job(kube: Kube, name: str) -> k8s.V1Job:
+    """An Indexed Job over the 2-host slice, with the headless Service its workers rendezvous through."""
+    service = k8s.V1Service(
+        metadata=k8s.V1ObjectMeta(name=f"{name}-workers"),
+        spec=k8s.V1ServiceSpec(cluster_ip="None", selector={"batch.kubernetes.io/job-name": name}),
+    )
+    kube.core.create_namespaced_service("default", service)
+    spec = job(
         name,
         [container(tpus=4, env={"EMULATOR_RUN_SECONDS": "0.3"})],
         node_selector=V6E_2X4,
@@ -45,6 +52,8 @@ def slice_job(name: str) -> object:
         parallelism=2,
         backoff_limit=0,
     )
+    spec.spec.template.spec.subdomain = f"{name}-workers"
+    return spec
 
 
 def test_flex_start_pool_scales_up_the_whole_slice_for_pending_pods_which_then_run(
@@ -55,7 +64,7 @@ def test_flex_start_pool_scales_up_the_whole_slice_for_pending_pods_which_then_r
     assert not done.error.code
     assert kube.core.list_node().items == []
 
-    kube.batch.create_namespaced_job("default", slice_job("flexjob"))
+    kube.batch.create_namespaced_job("default", slice_job(kube, "flexjob"))
     nodes = wait_for(lambda: kube.core.list_node().items)
     assert len(nodes) == 2  # atomic: both hosts of the slice together
     assert all(n.metadata.labels["cloud.google.com/gke-flex-start"] == "true" for n in nodes)
@@ -71,7 +80,7 @@ def test_flex_start_unavailable_leaves_pods_pending_unschedulable_with_failed_sc
 ) -> None:
     kube = kube_for("noflex")
     create_pool(gke, "noflex", flex_pool("flex-none"))
-    kube.batch.create_namespaced_job("default", slice_job("stuck"))
+    kube.batch.create_namespaced_job("default", slice_job(kube, "stuck"))
     pods = wait_for(lambda: pods_of(kube, "default", "stuck"))
 
     def unschedulable() -> bool:

@@ -8,9 +8,19 @@ import urllib.request
 from collections.abc import Callable
 
 import pytest
-from emu_helpers import LOCATION, PROJECT, Kube, admin, cluster_name, create_pool, tpu_pool, wait_operation
+from emu_helpers import (
+    CENTRAL,
+    LOCATION,
+    PROJECT,
+    Kube,
+    admin,
+    cluster_name,
+    create_pool,
+    tpu_pool,
+    wait_operation,
+)
 from google.api_core import exceptions
-from google.cloud import container_v1
+from google.cloud import compute_v1, container_v1
 
 from falcon_emulator.server import EmulatorServer
 
@@ -72,28 +82,40 @@ def test_node_pool_create_provisions_then_runs_and_delete_stops_then_removes_it(
 
 
 def test_tpu_nodes_carry_gke_labels_taint_and_tpu_allocatable(
-    gke: container_v1.ClusterManagerClient, kube_for: Callable[[str], Kube]
+    gke: container_v1.ClusterManagerClient,
+    kube_for: Callable[..., Kube],
+    policies: compute_v1.ResourcePoliciesClient,
 ) -> None:
-    create_pool(gke, "shapes", tpu_pool("v6e-single", nodes=1))
-    policy = container_v1.NodePool.PlacementPolicy(policy_name="wp-tpu7x-2x2x2")
-    pool7 = tpu_pool("tpu7x-2x2x2", machine_type="tpu7x-standard-4t", nodes=2)
-    pool7.placement_policy = policy
-    create_pool(gke, "shapes", pool7)
-    create_pool(gke, "shapes", tpu_pool("v5e-1t", machine_type="ct5lp-hightpu-1t", nodes=1, spot=True))
+    zone = {gen: f"{CENTRAL}-{suffix}" for gen, suffix in (("v5e", "a"), ("v6e", "b"), ("tpu7x", "c"))}
+    create_pool(gke, "shapes", tpu_pool("v6e-single", locations=[zone["v6e"]]), CENTRAL)
+    policy = compute_v1.ResourcePolicy(
+        name="wp-shapes",
+        workload_policy=compute_v1.ResourcePolicyWorkloadPolicy(
+            type_="HIGH_THROUGHPUT", accelerator_topology="2x2x2"
+        ),
+    )
+    policies.insert(project=PROJECT, region=CENTRAL, resource_policy_resource=policy).result(timeout=5)
+    pool7 = tpu_pool("tpu7x-slice", machine_type="tpu7x-standard-4t", nodes=2, locations=[zone["tpu7x"]])
+    pool7.placement_policy = container_v1.NodePool.PlacementPolicy(policy_name="wp-shapes")
+    create_pool(gke, "shapes", pool7, CENTRAL)
+    v5e_pool = tpu_pool("v5e-1t", machine_type="ct5lp-hightpu-1t", locations=[zone["v5e"]], spot=True)
+    create_pool(gke, "shapes", v5e_pool, CENTRAL)
     nodes = {
         n.metadata.labels["cloud.google.com/gke-nodepool"]: n
-        for n in kube_for("shapes").core.list_node().items
+        for n in kube_for("shapes", CENTRAL).core.list_node().items
     }
     single = nodes["v6e-single"]
     assert single.metadata.labels["cloud.google.com/gke-tpu-accelerator"] == "tpu-v6e-slice"
     assert single.metadata.labels["cloud.google.com/gke-tpu-topology"] == "2x2"
+    assert single.metadata.labels["topology.kubernetes.io/zone"] == zone["v6e"]
     assert single.status.allocatable["google.com/tpu"] == "4"
     assert [(t.key, t.value, t.effect) for t in single.spec.taints] == [
         ("google.com/tpu", "present", "NoSchedule")
     ]
     assert any(c.type == "Ready" and c.status == "True" for c in single.status.conditions)
-    assert nodes["tpu7x-2x2x2"].metadata.labels["cloud.google.com/gke-tpu-topology"] == "2x2x2"
-    assert nodes["tpu7x-2x2x2"].metadata.labels["cloud.google.com/gke-tpu-accelerator"] == "tpu7x"
+    ironwood = nodes["tpu7x-slice"].metadata.labels
+    assert ironwood["cloud.google.com/gke-tpu-topology"] == "2x2x2"  # from the policy, not the pool's name
+    assert ironwood["cloud.google.com/gke-tpu-accelerator"] == "tpu7x"
     v5e = nodes["v5e-1t"].metadata.labels
     assert (v5e["cloud.google.com/gke-tpu-topology"], v5e["cloud.google.com/gke-spot"]) == ("1x1", "true")
     assert nodes["v5e-1t"].status.allocatable["google.com/tpu"] == "1"

@@ -33,7 +33,7 @@ def test_single_pod_job_runs_to_complete_with_job_labels_and_owner(work: Kube, n
     assert {"Scheduled", "Started"} <= reasons
 
 
-def test_indexed_job_on_two_node_multi_host_slice_runs_one_pod_per_host_and_completes(
+def test_indexed_job_on_multi_host_slice_with_headless_service_gets_tpu_worker_env_and_completes(
     work: Kube, namespace: str
 ) -> None:
     spec = job(
@@ -46,6 +46,12 @@ def test_indexed_job_on_two_node_multi_host_slice_runs_one_pod_per_host_and_comp
         parallelism=2,
         backoff_limit=0,
     )
+    spec.spec.template.spec.subdomain = "slice-workers"
+    service = k8s.V1Service(
+        metadata=k8s.V1ObjectMeta(name="slice-workers"),
+        spec=k8s.V1ServiceSpec(cluster_ip="None", selector={"job-name": "slice"}),
+    )
+    work.core.create_namespaced_service(namespace, service)
     work.batch.create_namespaced_job(namespace, spec)
     finished = wait_for(lambda: job_finished(work, namespace, "slice"))
     assert "Complete" in condition_types(finished)
@@ -53,9 +59,16 @@ def test_indexed_job_on_two_node_multi_host_slice_runs_one_pod_per_host_and_comp
     pods = sorted(pods_of(work, namespace, "slice"), key=lambda p: p.metadata.name)
     assert [re.fullmatch(r"slice-(\d)-[a-z0-9]{5}", p.metadata.name)[1] for p in pods] == ["0", "1"]
     assert [p.metadata.annotations["batch.kubernetes.io/job-completion-index"] for p in pods] == ["0", "1"]
+    assert [(p.spec.hostname, p.spec.subdomain) for p in pods] == [
+        ("slice-0", "slice-workers"),
+        ("slice-1", "slice-workers"),
+    ]
     assert len({p.spec.node_name for p in pods}) == 2
-    env = {e.name for e in pods[0].spec.containers[0].env}
-    assert "JOB_COMPLETION_INDEX" in env
+    for index, pod in enumerate(pods):
+        env = {e.name: e.value for e in pod.spec.containers[0].env}
+        assert "JOB_COMPLETION_INDEX" in env
+        assert env["TPU_WORKER_ID"] == str(index)
+        assert env["TPU_WORKER_HOSTNAMES"] == "slice-0.slice-workers,slice-1.slice-workers"
 
 
 def test_nonzero_exit_code_is_retried_until_backoff_limit_then_job_failed(work: Kube, namespace: str) -> None:
@@ -83,21 +96,53 @@ def test_oom_container_ends_oomkilled_with_exit_code_137(work: Kube, namespace: 
     assert (terminated.exit_code, terminated.reason) == (137, "OOMKilled")
 
 
-def test_missing_image_stays_pending_in_image_pull_backoff_with_events(work: Kube, namespace: str) -> None:
+def waiting_reason(kube: Kube, namespace: str, job_name: str, reason: str) -> k8s.V1Pod | None:
+    pods = pods_of(kube, namespace, job_name)
+    statuses = pods[0].status.container_statuses if pods else None
+    waiting = statuses[0].state.waiting if statuses else None
+    return pods[0] if waiting is not None and waiting.reason == reason else None
+
+
+def test_missing_image_stays_pending_in_image_pull_backoff_with_kubelet_events(
+    work: Kube, namespace: str
+) -> None:
     work.batch.create_namespaced_job(namespace, job("pull", [container(image="repo/trainer:missing")]))
-
-    def backoff() -> k8s.V1Pod | None:
-        pods = pods_of(work, namespace, "pull")
-        waiting = pods[0].status.container_statuses if pods else None
-        ok = waiting and waiting[0].state.waiting and waiting[0].state.waiting.reason == "ImagePullBackOff"
-        return pods[0] if ok else None
-
-    pod = wait_for(backoff)
+    pod = wait_for(lambda: waiting_reason(work, namespace, "pull", "ImagePullBackOff"))
     assert pod.status.phase == "Pending"
-    reasons = {e.reason for e in events_for(work, namespace, pod.metadata.name)}
-    assert {"Failed", "BackOff"} <= reasons
+    assert (
+        pod.status.container_statuses[0].state.waiting.message
+        == 'Back-off pulling image "repo/trainer:missing"'
+    )
+    events = events_for(work, namespace, pod.metadata.name)
+    ref = "docker.io/repo/trainer:missing"
+    pulled = [e for e in events if e.reason == "Failed" and e.message.startswith("Failed to pull image")]
+    assert pulled[0].type == "Warning"
+    assert pulled[0].message == (
+        f'Failed to pull image "repo/trainer:missing": rpc error: code = NotFound desc = failed to pull and '
+        f'unpack image "{ref}": failed to resolve reference "{ref}": {ref}: not found'
+    )
+    backoff = [e for e in events if e.reason == "BackOff"]
+    assert backoff[0].message == 'Back-off pulling image "repo/trainer:missing"'
+    assert {"Error: ErrImagePull", "Error: ImagePullBackOff"} <= {
+        e.message for e in events if e.reason == "Failed"
+    }
+    wait_for(lambda: waiting_reason(work, namespace, "pull", "ErrImagePull"))  # the kubelet pulls again
     job_now = work.batch.read_namespaced_job("pull", namespace)
     assert job_now.status.active == 1 and not job_now.status.conditions
+
+
+def test_invalid_image_reference_stays_pending_with_invalid_image_name(work: Kube, namespace: str) -> None:
+    work.batch.create_namespaced_job(namespace, job("badref", [container(image="Repo/Trainer:v1")]))
+    pod = wait_for(lambda: waiting_reason(work, namespace, "badref", "InvalidImageName"))
+    assert pod.status.phase == "Pending"
+    message = (
+        'Failed to apply default image tag "Repo/Trainer:v1": couldn\'t parse image name "Repo/Trainer:v1": '
+        "invalid reference format: repository name (Trainer) must be lowercase"
+    )
+    assert pod.status.container_statuses[0].state.waiting.message == message
+    events = events_for(work, namespace, pod.metadata.name)
+    assert [(e.type, e.message) for e in events if e.reason == "InspectFailed"] == [("Warning", message)]
+    assert "Error: InvalidImageName" in {e.message for e in events if e.reason == "Failed"}
 
 
 def test_pod_without_toleration_or_tpu_capacity_is_unschedulable_with_one_failed_scheduling_event(

@@ -1,9 +1,8 @@
-"""Kubernetes API object semantics: namespaces, services, errors as Status, patch, logs to GCS."""
+"""Kubernetes API object semantics: namespaces, services, service accounts, errors as Status, patch, logs."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from emu_helpers import Kube, admin, container, job, job_finished, pods_of, wait_for
@@ -83,46 +82,60 @@ def test_services_create_get_list_delete(work: Kube, namespace: str) -> None:
     assert work.core.list_namespaced_service(namespace).items == []
 
 
-def test_log_file_lands_under_data_dir_gcs_bucket_and_pod_log_returns_stdout(
-    work: Kube, namespace: str, data_dir: Path
-) -> None:
+def test_pod_log_returns_the_synthetic_stdout_with_expanded_command(work: Kube, namespace: str) -> None:
     env = [
         k8s.V1EnvVar(
             name="POD_NAME",
             value_from=k8s.V1EnvVarSource(field_ref=k8s.V1ObjectFieldSelector(field_path="metadata.name")),
         ),
-        k8s.V1EnvVar(
-            name="JOB_ID",
-            value_from=k8s.V1EnvVarSource(
-                field_ref=k8s.V1ObjectFieldSelector(
-                    field_path="metadata.labels['batch.kubernetes.io/job-name']"
-                )
-            ),
-        ),
-        k8s.V1EnvVar(name="FALCON_LOG_FILE", value="/gcs/logs/$(JOB_ID)/$(POD_NAME).log"),
         k8s.V1EnvVar(name="EMULATOR_STDOUT", value="step 1 loss 0.5"),
     ]
-    main = container(
-        extra_env=env,
-        command=["python"],
-        args=["train.py"],
-        volume_mounts=[k8s.V1VolumeMount(name="logs", mount_path="/gcs")],
-    )
-    volume = k8s.V1Volume(
-        name="logs",
-        csi=k8s.V1CSIVolumeSource(
-            driver="gcsfuse.csi.storage.gke.io", volume_attributes={"bucketName": "falcon-logs"}
-        ),
-    )
-    work.batch.create_namespaced_job(namespace, job("logged", [main], volumes=[volume]))
+    main = container(extra_env=env, command=["python"], args=["train.py", "--name=$(POD_NAME)"])
+    work.batch.create_namespaced_job(namespace, job("logged", [main]))
     wait_for(lambda: job_finished(work, namespace, "logged"))
     pod = pods_of(work, namespace, "logged")[0].metadata.name
-    path = data_dir / "gcs" / "falcon-logs" / "logs" / "logged" / f"{pod}.log"
-    lines = path.read_text().splitlines()
-    assert "image=busybox:1.36" in lines[0] and "['python']" in lines[0] and "['train.py']" in lines[0]
+    lines = work.core.read_namespaced_pod_log(pod, namespace).splitlines()
+    assert "image=busybox:1.36" in lines[0] and "['python']" in lines[0]
+    assert f"['train.py', '--name={pod}']" in lines[0]
     assert lines[1] == "step 1 loss 0.5"
     assert "exited with code 0" in lines[-1]
-    assert work.core.read_namespaced_pod_log(pod, namespace) == path.read_text()
+    assert work.core.read_namespaced_pod_log(pod, namespace, tail_lines=1) == lines[-1] + "\n"
+
+
+def test_service_accounts_create_get_list_delete_and_default_comes_with_the_namespace(
+    work: Kube, namespace: str
+) -> None:
+    assert [a.metadata.name for a in work.core.list_namespaced_service_account(namespace).items] == [
+        "default"
+    ]
+    body = k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name="runner", labels={"team": "ml"}))
+    created = work.core.create_namespaced_service_account(namespace, body)
+    assert created.metadata.uid and created.metadata.namespace == namespace
+    assert work.core.read_namespaced_service_account("runner", namespace).metadata.labels == {"team": "ml"}
+    with pytest.raises(ApiException) as duplicate:
+        work.core.create_namespaced_service_account(namespace, body)
+    assert duplicate.value.status == 409
+    deleted = work.core.delete_namespaced_service_account("runner", namespace)
+    assert deleted.metadata.name == "runner"  # the apiserver answers with the deleted object
+    work.core.delete_namespaced_service_account("default", namespace)
+    names = wait_for(lambda: work.core.list_namespaced_service_account(namespace).items)
+    assert [a.metadata.name for a in names] == ["default"]  # the ServiceAccount controller recreates it
+
+
+def test_pod_naming_a_missing_service_account_is_refused_with_403(work: Kube, namespace: str) -> None:
+    pod = k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name="lonely"),
+        spec=k8s.V1PodSpec(containers=[container()], service_account_name="ghost"),
+    )
+    with pytest.raises(ApiException) as error:
+        work.core.create_namespaced_pod(namespace, pod)
+    body = json.loads(error.value.body)
+    assert (error.value.status, body["reason"]) == (403, "Forbidden")
+    assert body["message"] == (
+        f'pods "lonely" is forbidden: error looking up service account {namespace}/ghost: '
+        'serviceaccount "ghost" not found'
+    )
+    assert work.core.list_namespaced_pod(namespace).items == []
 
 
 def test_pod_log_of_a_pod_not_started_yet_is_400(work: Kube, namespace: str) -> None:
