@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import os
 import statistics
@@ -69,6 +70,7 @@ from falcon.adapters.db.migrate import upgrade  # noqa: E402
 from falcon.adapters.db.session import session_scope  # noqa: E402
 from falcon.bootstrap import Gateways  # noqa: E402
 from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, node_pool_name_for  # noqa: E402
+from falcon.domain.node_pools import ReservationRef  # noqa: E402
 from falcon.domain.scheduling import ReservationCapacity  # noqa: E402
 from falcon.domain.status import TERMINAL, Status  # noqa: E402
 from falcon.domain.topology import resolve_shape  # noqa: E402
@@ -187,16 +189,16 @@ def reservation_guard(enabled: bool) -> Iterator[None]:
         yield
         return
 
-    def capacity(self: Reservations, project: str, zone: str, name: str) -> ReservationCapacity:
-        found = original(self, project, zone, name)
+    def capacity(self: Reservations, ref: ReservationRef, zone: str) -> ReservationCapacity:
+        found = original(self, ref, zone)
         with session_scope(get_settings().resolved_database_url) as s:
             creating = repo.pools_in(s, [repo.PoolState.CREATING])
         pending = sum(
             resolve_shape(TPU_TYPE, p.topology).nodes
             for p in creating
-            if p.mode == ProvisioningMode.RESERVATION and p.reservation == name
+            if p.mode == ProvisioningMode.RESERVATION and p.reservation == found.name
         )
-        return ReservationCapacity(found.name, found.count, found.in_use + pending)
+        return dataclasses.replace(found, in_use=found.in_use + pending)
 
     Reservations.capacity = capacity  # type: ignore[method-assign]
     try:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import threading
 from functools import cached_property
 
-from falcon.adapters.compute import Reservations
+from falcon.adapters.compute import Reservations, WorkloadPolicies
 from falcon.adapters.credentials import (
     gke_client,
     google_credentials,
     kubernetes_client,
     reservations_client,
+    resource_policies_client,
 )
 from falcon.adapters.gke import GkeNodePools
 from falcon.adapters.k8s import KubernetesJobs
@@ -40,6 +41,11 @@ class Gateways:
     def reservations(self) -> Reservations:
         client = reservations_client(self.settings, self._credentials)
         return Reservations(client, self.settings.api_timeout_seconds)
+
+    @cached_property
+    def workload_policies(self) -> WorkloadPolicies:
+        client = resource_policies_client(self.settings, self._credentials)
+        return WorkloadPolicies(client, self.settings.api_timeout_seconds)
 
     def jobs(self, cluster: Cluster) -> KubernetesJobs:
         """The Kubernetes API of one edge cluster, located through GKE on first use."""

@@ -12,7 +12,8 @@ import typer
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.migrate import upgrade
 from falcon.adapters.db.session import session_scope
-from falcon.domain.model import Cluster, ClusterStatus
+from falcon.domain.model import Cluster, ClusterStatus, is_zone, region_of
+from falcon.domain.node_pools import ReservationRef
 from falcon.services.context import utc_now
 from falcon.settings import get_settings
 
@@ -45,12 +46,27 @@ def cluster_add(
     location: Annotated[str, typer.Option()],
     tpu_type: Annotated[str, typer.Option("--tpu-type")],
     gcs_bucket: Annotated[str, typer.Option("--gcs-bucket")],
-    reservation: Annotated[str | None, typer.Option()] = None,
-    reservation_zone: Annotated[str | None, typer.Option("--reservation-zone")] = None,
+    reservation: Annotated[
+        str | None, typer.Option(help="NAME, or projects/OWNER/reservations/NAME if shared")
+    ] = None,
+    zone: Annotated[
+        str | None,
+        typer.Option(
+            "--zone",
+            "--reservation-zone",
+            help="zone of the node pools and the reservation; required when --location is a region",
+        ),
+    ] = None,
     namespace: Annotated[str, typer.Option()] = "falcon-jobs",
     status: Annotated[ClusterStatus, typer.Option()] = ClusterStatus.ACTIVE,
 ) -> None:
     """Register an edge cluster (idempotent on project/location/name)."""
+    zone = _node_zone(location, zone)
+    if reservation is not None:
+        try:
+            ReservationRef.parse(reservation, project)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--reservation") from exc
     with session_scope(_url()) as session:
         if repo.find_cluster(session, name, project, location):
             typer.echo(f"cluster {project}/{location}/{name} is already registered")
@@ -65,10 +81,22 @@ def cluster_add(
             reservation,
             status,
             namespace,
-            reservation_zone,
+            zone,
         )
         repo.add_cluster(session, cluster, utc_now())
     typer.echo(f"registered {cluster.id} {project}/{location}/{name}")
+
+
+def _node_zone(location: str, zone: str | None) -> str:
+    """A TPU slice lives in one zone: a regional cluster must name it, a zonal one defaults to itself."""
+    if zone is None:
+        if not is_zone(location):
+            problem = f"{location} is a region: name the node zone, e.g. {location}-b"
+            raise typer.BadParameter(problem, param_hint="--zone")
+        return location
+    if not is_zone(zone) or region_of(zone) != region_of(location):
+        raise typer.BadParameter(f"{zone} is not a zone of {region_of(location)}", param_hint="--zone")
+    return zone
 
 
 @cluster_app.command("list")
@@ -77,7 +105,8 @@ def cluster_list() -> None:
         for c in repo.list_clusters(session):
             typer.echo(
                 f"{c.id}  {c.project}/{c.location}/{c.name}  {c.tpu_type}  {c.status.value}  "
-                f"reservation={c.default_reservation or '-'}  bucket={c.gcs_bucket}"
+                f"zone={c.zone or c.location}  reservation={c.default_reservation or '-'}  "
+                f"bucket={c.gcs_bucket}"
             )
 
 
@@ -169,10 +198,18 @@ def local(
     emulator_port: int = 8765,
 ) -> None:
     """The whole stack in the foreground: Prefect server (if PREFECT_API_URL is unset), the
-    emulator when asked, and the deployments served. Ctrl-C stops everything."""
+    emulator when asked, and the deployments served. Ctrl-C or SIGTERM stops everything."""
     from falcon.local import run_local
 
-    run_local(emulator, emulator_config, emulator_port)
+    raise typer.Exit(code=run_local(emulator, emulator_config, emulator_port))
+
+
+@app.command("serve-deployments", hidden=True)
+def serve_deployments() -> None:
+    """The runner child of `falcon local` (needs PREFECT_API_URL set before Prefect is imported)."""
+    from falcon.local import serve_deployments as serve
+
+    serve()
 
 
 @app.command("demo")

@@ -48,11 +48,11 @@ class Settings(BaseSettings):
     slot_lease_seconds: int = Field(default=300, ge=60, le=86400)
 
     # -- node pools
-    node_pool_timeout_seconds: int = Field(default=600, gt=0)
-    reservation_idle_seconds: int = Field(
-        default=600, gt=0, description="scale-down delay, reservation pools"
+    # Google's own Workflows connector for nodePools.create waits 1800 s by default, and large
+    # multi-host TPU slices take GKE tens of minutes; a stockout is not waited out (it is final).
+    node_pool_timeout_seconds: int = Field(
+        default=1800, gt=0, description="create (and delete) of one node pool must finish within this"
     )
-    flex_start_idle_seconds: int = Field(default=6 * 3600, gt=0, description="scale-down delay, flex-start")
     kept_pool_grace_seconds: int = Field(default=120, gt=0, description="a kept pool nobody takes is deleted")
     orphan_scan_seconds: float = Field(
         default=300.0, gt=0, description="how often GKE is scanned for orphans"
@@ -63,19 +63,17 @@ class Settings(BaseSettings):
     # -- Jobs
     gcs_mount_path: str = "/gcs"
     job_service_account: str | None = Field(default=None, description="KSA with access to the log bucket")
+    image_pull_grace_seconds: float = Field(
+        default=60.0, gt=0, description="a pod failing to pull its image this long ends its task"
+    )
+    mount_grace_seconds: float = Field(
+        default=300.0, gt=0, description="a pod failing a retryable volume mount this long ends its task"
+    )
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{(self.home / 'falcon.db').resolve()}"
-
-    @property
-    def reservation_idle(self) -> timedelta:
-        return timedelta(seconds=self.reservation_idle_seconds)
-
-    @property
-    def flex_start_idle(self) -> timedelta:
-        return timedelta(seconds=self.flex_start_idle_seconds)
 
     @property
     def kept_pool_grace(self) -> timedelta:

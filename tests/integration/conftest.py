@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import session_scope
 from falcon.bootstrap import Gateways
+from falcon.domain.model import Cluster
 from falcon.services.context import Services, utc_now
 from falcon.settings import get_settings
 from falcon_emulator.config import EmulatorConfig
@@ -18,14 +20,30 @@ from tests.integration.harness import CLUSTER, EMULATOR
 
 
 @pytest.fixture
-def emulator(tmp_path: Path) -> Iterator[EmulatorServer]:
-    with EmulatorServer(EmulatorConfig.from_dict(EMULATOR), tmp_path / "emu") as server:
+def emulator_config() -> dict[str, Any]:
+    """The emulated fleet; a test needing another one parametrizes this fixture by name."""
+    return EMULATOR
+
+
+@pytest.fixture
+def cluster() -> Cluster:
+    """The one registered cluster; a test needing another one parametrizes this fixture by name."""
+    return CLUSTER
+
+
+@pytest.fixture
+def emulator(tmp_path: Path, emulator_config: dict[str, Any]) -> Iterator[EmulatorServer]:
+    with EmulatorServer(EmulatorConfig.from_dict(emulator_config), tmp_path / "emu") as server:
         yield server
 
 
 @pytest.fixture
 def services(
-    db_url: str, emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch, prefect_api: None
+    db_url: str,
+    emulator: EmulatorServer,
+    monkeypatch: pytest.MonkeyPatch,
+    prefect_api: None,
+    cluster: Cluster,
 ) -> Iterator[Services]:
     monkeypatch.setenv("FALCON_DATABASE_URL", db_url)
     monkeypatch.setenv("FALCON_EMULATOR_URL", emulator.url)
@@ -35,6 +53,6 @@ def services(
     get_settings.cache_clear()
     settings = get_settings()
     with session_scope(db_url) as s:
-        repo.add_cluster(s, CLUSTER, utc_now())
+        repo.add_cluster(s, cluster, utc_now())
     yield Services(settings, Gateways(settings))
     get_settings.cache_clear()  # the next test must not see this test's environment

@@ -26,8 +26,13 @@ EMULATOR = {
     "projects": {
         "proj-a": {
             "reservations": {"res-a": {"zone": "us-east5-b", "machineType": "ct6e-standard-4t", "count": 8}},
+            "buckets": {"bucket-a": {"writers": ["serviceAccount:proj-a.svc.id.goog[falcon-jobs/default]"]}},
             "clusters": {
-                "edge-a": {"location": "us-east5", "flexStart": {"available": True, "delaySeconds": 0.5}}
+                "edge-a": {
+                    "location": "us-east5",  # regional, as production clusters are
+                    "zones": ["us-east5-a", "us-east5-b", "us-east5-c"],
+                    "flexStart": {"available": True, "delaySeconds": 0.5},
+                }
             },
         }
     },
@@ -42,7 +47,7 @@ CLUSTER = Cluster(
     "res-a",
     ClusterStatus.ACTIVE,
     "falcon-jobs",
-    "us-east5-b",
+    "us-east5-b",  # the node zone: where every pool goes and the reservation is read
 )
 
 
@@ -55,6 +60,7 @@ def submit(
     image: str = "trainer:1",
     timeout: int = 600,
     env: dict[str, str] | None = None,
+    tpu_type: str = "v6e",
 ) -> None:
     spec = {
         "image": image,
@@ -68,7 +74,7 @@ def submit(
             task_id=task_id,
             actor=actor,
             name=f"job-{task_id}",
-            tpu_type="v6e",
+            tpu_type=tpu_type,
             spec=spec,
             timeout_seconds=timeout,
             now=utc_now(),
@@ -130,6 +136,12 @@ def inject_fault(
     """Make the emulator answer the next ``times`` matching requests with an error (0: all of them)."""
     rule = {"method": method, "pathRegex": path_regex, "status": status, "message": message, "times": times}
     httpx.post(f"{emulator.url}/emulator/faults", json={"rules": [rule]}).raise_for_status()
+
+
+def with_project(name: str, project: dict[str, object]) -> dict[str, object]:
+    """EMULATOR with one more project (or one project replaced)."""
+    projects = dict(EMULATOR["projects"])  # type: ignore[call-overload]
+    return {**EMULATOR, "projects": {**projects, name: project}}
 
 
 def request_abort(services: Services, *task_ids: str) -> None:

@@ -1,7 +1,8 @@
 """Abort in every phase (design §8) and resumption after a run dies (no duplicate pool or Job).
 
-Each abort ends Aborted with aborted_at and finished_at set, the Job deleted and the node pool
-deleted (nothing waits in its queue), whatever phase the task was in.
+Each abort ends Aborted with aborted_at and finished_at set, the Job (and a multi-host task's
+headless Service) deleted and the node pool deleted (nothing waits in its queue), whatever phase
+the task was in.
 """
 
 from __future__ import annotations
@@ -31,11 +32,10 @@ def assert_aborted_and_clean(services: Services, emulator: EmulatorServer, task_
     assert progress is not None and progress.phase == repo.Phase.DONE
     if pool is not None:
         assert pool.state == repo.PoolState.DELETED
-    jobs = httpx.get(f"{emulator.url}/k8s/proj-a/us-east5/edge-a/apis/batch/v1/namespaces/falcon-jobs/jobs")
-    assert all(
-        j["metadata"]["annotations"].get("falcon.dev/task-id") != task_id
-        for j in jobs.json().get("items", [])
-    )
+    cluster_api = f"{emulator.url}/k8s/proj-a/us-east5/edge-a"
+    for listed in ("apis/batch/v1/namespaces/falcon-jobs/jobs", "api/v1/namespaces/falcon-jobs/services"):
+        items = httpx.get(f"{cluster_api}/{listed}").json().get("items", [])
+        assert all(i["metadata"]["annotations"].get("falcon.dev/task-id") != task_id for i in items)
 
 
 def test_abort_while_waiting_removes_the_task_from_its_queue(
@@ -66,11 +66,11 @@ def test_abort_while_provisioning_waits_for_the_pool_and_deletes_it(
     assert emulator_counters(emulator)["nodePoolsDeleted"] == 1
 
 
-def test_abort_while_pods_are_pending_deletes_the_job_and_the_pool(
+def test_abort_while_pods_are_pending_deletes_the_job_its_service_and_the_pool(
     services: Services, db_url: str, emulator: EmulatorServer
 ) -> None:
     driver = Driver(services)
-    submit(db_url, "t-disp", "alice", "2x2", image="trainer:missing")
+    submit(db_url, "t-disp", "alice", "2x4", image="trainer:missing")  # pulls within its grace
     driver.run_until(lambda t: t["t-disp"].k8s_job_name is not None)
     request_abort(services, "t-disp")
     driver.run_until_done(["t-disp"])

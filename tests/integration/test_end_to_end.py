@@ -2,22 +2,38 @@
 emulator, on SQLite and on MariaDB.
 
 Row inserted → Pending/Waiting → Pending/Provisioning → Pending/Dispatching → Running →
-Succeeded, with the node pool created (``falcon-`` prefix) and deleted, the Job labelled
-``managed-by=falcon`` and the pod log at the design's GCS path. Lifecycle and release flows run
-in threads of the test (``InProcessLauncher``) instead of a deployment runner.
+Succeeded, with the node pool created (``falcon-`` prefix) and deleted; pools pinned to the
+cluster's node zone, shared reservations consumed, TPU7x slices placed by a workload policy.
+Lifecycle and release flows run in threads of the test (``InProcessLauncher``) instead of a
+deployment runner.
 """
 
 from __future__ import annotations
 
-import pytest
+from dataclasses import replace
 
+import pytest
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import container_v1
+
+from falcon.adapters.credentials import gke_client, resource_policies_client
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import session_scope
+from falcon.adapters.gke import cluster_path
+from falcon.domain.model import Cluster, ClusterStatus
 from falcon.domain.status import Reason, Status
 from falcon.services.context import Services, utc_now
 from falcon.settings import Settings
 from falcon_emulator.server import EmulatorServer
-from tests.integration.harness import CLUSTER, Driver, emulator_counters, run_until_done, submit
+from tests.integration.harness import (
+    CLUSTER,
+    Driver,
+    emulator_counters,
+    request_abort,
+    run_until_done,
+    submit,
+    with_project,
+)
 
 
 def test_a_task_goes_from_pending_to_succeeded_through_every_phase(
@@ -43,8 +59,6 @@ def test_a_task_goes_from_pending_to_succeeded_through_every_phase(
         )
         pool = repo.get_pool(s, CLUSTER.id, task.node_pool_name)
     assert pool is not None and pool.state == repo.PoolState.DELETED
-    logs = list((emulator.data_dir / "gcs" / "bucket-a" / "logs" / "t-happy").glob("*.log"))
-    assert len(logs) == 2  # 2x4 on ct6e-standard-4t is a 2-node slice: one pod, one log per node
 
 
 def test_a_kept_pool_is_reused_by_the_next_task_of_the_same_queue(
@@ -105,3 +119,85 @@ def test_a_bad_row_fails_alone_and_the_others_still_run(services: Services, db_u
 def test_settings_default_to_the_embedded_stack(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FALCON_DATABASE_URL", raising=False)
     assert Settings().resolved_database_url.startswith("sqlite:///")
+
+
+# --- Where pools go and what they consume ---------------------------------------------------------
+
+OWNER_PROJECT = {
+    "reservations": {
+        "res-shared": {
+            "zone": "us-east5-b",
+            "machineType": "ct6e-standard-4t",
+            "count": 8,
+            "shareWith": ["proj-a"],
+        }
+    }
+}
+SHARED = "projects/proj-owner/reservations/res-shared"
+
+
+def gke_pool(services: Services, cluster: Cluster, task_id: str) -> container_v1.NodePool:
+    """The task's pool as GKE (the emulator) holds it, read with the official client."""
+    with services.db() as s:
+        pool = repo.get_task(s, task_id).node_pool_name  # type: ignore[union-attr]
+    client = gke_client(services.settings, AnonymousCredentials())  # type: ignore[no-untyped-call]
+    return client.get_node_pool(name=f"{cluster_path(cluster)}/nodePools/{pool}")
+
+
+@pytest.mark.parametrize(
+    ("emulator_config", "cluster"),
+    [(with_project("proj-owner", OWNER_PROJECT), replace(CLUSTER, default_reservation=SHARED))],
+)
+def test_a_shared_reservation_is_read_in_its_owners_project_and_consumed(
+    services: Services, db_url: str, emulator: EmulatorServer, cluster: Cluster
+) -> None:
+    driver = Driver(services)
+    submit(db_url, "t-shared", "alice", "4x4", run_seconds=600)
+    driver.run_until(lambda t: t["t-shared"].status is Status.RUNNING)
+    assert ("Pending", "ProvisioningFallback") not in driver.history["t-shared"]
+    pool = gke_pool(services, cluster, "t-shared")
+    assert list(pool.config.reservation_affinity.values) == [SHARED]
+    assert not pool.config.flex_start
+    request_abort(services, "t-shared")
+    driver.run_until_done(["t-shared"])
+
+
+V7X_PROJECT = {
+    "reservations": {"res-v7": {"zone": "us-central1-c", "machineType": "tpu7x-standard-4t", "count": 4}},
+    "buckets": {"bucket-v7": {"writers": ["serviceAccount:proj-v7.svc.id.goog[falcon-jobs/default]"]}},
+    "clusters": {"edge-v7": {"location": "us-central1", "zones": ["us-central1-b", "us-central1-c"]}},
+}
+V7X_CLUSTER = Cluster(
+    "c-v7",
+    "edge-v7",
+    "proj-v7",
+    "us-central1",
+    "v7x",
+    "bucket-v7",
+    "res-v7",
+    ClusterStatus.ACTIVE,
+    "falcon-jobs",
+    "us-central1-c",
+)
+
+
+@pytest.mark.parametrize(
+    ("emulator_config", "cluster"), [(with_project("proj-v7", V7X_PROJECT), V7X_CLUSTER)]
+)
+def test_a_tpu7x_multi_host_slice_gets_its_workload_policy_first(
+    services: Services, db_url: str, emulator: EmulatorServer, cluster: Cluster
+) -> None:
+    driver = Driver(services)
+    submit(db_url, "t-v7", "alice", "2x2x2", run_seconds=600, tpu_type="v7x")
+    driver.run_until(lambda t: t["t-v7"].status is Status.RUNNING)
+    pool = gke_pool(services, cluster, "t-v7")
+    assert pool.placement_policy.policy_name == "falcon-tpu7x-2x2x2"
+    assert not pool.placement_policy.tpu_topology
+    policies = resource_policies_client(services.settings, AnonymousCredentials())  # type: ignore[no-untyped-call]
+    policy = policies.get(project="proj-v7", region="us-central1", resource_policy="falcon-tpu7x-2x2x2")
+    assert (policy.workload_policy.type_, policy.workload_policy.accelerator_topology) == (
+        "HIGH_THROUGHPUT",
+        "2x2x2",
+    )
+    request_abort(services, "t-v7")
+    driver.run_until_done(["t-v7"])

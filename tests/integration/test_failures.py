@@ -6,10 +6,23 @@ from __future__ import annotations
 import pytest
 
 from falcon.adapters.db import repository as repo
+from falcon.domain.errors import TemporaryError
+from falcon.domain.model import ProvisioningMode, TaskSpec
+from falcon.domain.node_pools import NodePoolPlan
 from falcon.domain.status import Reason, Status
-from falcon.services.context import Services
+from falcon.domain.topology import resolve_shape
+from falcon.services import acquisition
+from falcon.services.context import Services, TaskEnded, TaskView, utc_now
 from falcon_emulator.server import EmulatorServer
-from tests.integration.harness import CLUSTER, Driver, emulator_counters, inject_fault, submit
+from tests.integration.harness import (
+    CLUSTER,
+    EMULATOR,
+    Driver,
+    emulator_counters,
+    inject_fault,
+    submit,
+    with_project,
+)
 
 
 def finished(services: Services, task_id: str) -> repo.Progress:
@@ -93,11 +106,6 @@ def test_gke_busy_and_rate_limits_are_retried_not_failed(
 def test_an_untracked_falcon_pool_is_deleted_and_tracked_ones_are_left_alone(
     services: Services, db_url: str, emulator: EmulatorServer
 ) -> None:
-    from datetime import timedelta
-
-    from falcon.domain.model import ProvisioningMode
-    from falcon.domain.node_pools import NodePoolPlan
-    from falcon.domain.topology import resolve_shape
     from falcon.services.reconcile import delete_orphan_pools
 
     submit(db_url, "t-live", "alice", "2x2", run_seconds=600)
@@ -108,8 +116,7 @@ def test_an_untracked_falcon_pool_is_deleted_and_tracked_ones_are_left_alone(
         resolve_shape("v6e", "2x2"),
         ProvisioningMode.FLEX_START,
         None,
-        timedelta(hours=6),
-        None,
+        CLUSTER.node_zone,
     )
     gke = services.gateways.node_pools
     driver.run_until(lambda _: _created(gke, orphan), seconds=30)
@@ -146,3 +153,187 @@ def test_a_pool_that_never_became_ready_is_not_handed_to_the_next_task(
     assert after.node_pool_name != refused.node_pool_name
     with services.db() as s:
         assert repo.get_pool(s, CLUSTER.id, refused.node_pool_name).state == repo.PoolState.DELETED  # type: ignore[union-attr]
+
+
+# --- Reservation and GKE refusals: final errors end NodePoolFailed with Google's own text -------------
+
+RESERVATION_ZONE_PATH = r"/compute/v1/projects/proj-a/zones/us-east5-b/reservations/res-a$"
+
+
+def with_reservation(**changes: object) -> dict[str, object]:
+    """EMULATOR whose proj-a reservation res-a has other settings (status, machine type)."""
+    project = dict(EMULATOR["projects"]["proj-a"])  # type: ignore[index]
+    reservation = {**project["reservations"]["res-a"], **changes}
+    return with_project("proj-a", {**project, "reservations": {"res-a": reservation}})
+
+
+@pytest.mark.parametrize(
+    ("status", "text"),
+    [
+        pytest.param(
+            403,
+            "Required 'compute.reservations.get' permission for "
+            "'projects/proj-a/zones/us-east5-b/reservations/res-a'",
+            id="permission denied",
+        ),
+        pytest.param(
+            404, "The resource 'projects/proj-a/zones/us-east5-b/reservations/res-a' was not found", id="gone"
+        ),
+    ],
+)
+def test_an_unreadable_reservation_fails_the_task_instead_of_a_silent_flex_start(
+    services: Services, db_url: str, emulator: EmulatorServer, status: int, text: str
+) -> None:
+    inject_fault(emulator, "GET", RESERVATION_ZONE_PATH, status, text)
+    submit(db_url, "t-res", "alice", "2x2")
+    finished(services, "t-res")
+    task = task_of(services, "t-res")
+    assert (task.status, task.reason) == (Status.FAILED, Reason.NODE_POOL_FAILED)
+    assert task.message == f"Node pool creation failed: get reservation res-a in proj-a/us-east5-b: {text}"
+    assert emulator_counters(emulator)["nodePoolsCreated"] == 0  # no flex-start pool behind the user's back
+
+
+@pytest.mark.parametrize(
+    ("emulator_config", "problem"),
+    [
+        pytest.param(with_reservation(status="CREATING"), "status is CREATING, not READY", id="not READY"),
+        pytest.param(
+            with_reservation(machineType="ct5lp-hightpu-4t"),
+            "it reserves ct5lp-hightpu-4t, the slice needs ct6e-standard-4t",
+            id="another machine type",
+        ),
+    ],
+)
+def test_an_unusable_reservation_fails_the_task_naming_the_problem(
+    services: Services, db_url: str, emulator: EmulatorServer, problem: str
+) -> None:
+    submit(db_url, "t-res", "alice", "2x2")
+    finished(services, "t-res")
+    task = task_of(services, "t-res")
+    assert (task.status, task.reason) == (Status.FAILED, Reason.NODE_POOL_FAILED)
+    assert task.message == f"Node pool creation failed: reservation res-a: {problem}"
+    assert emulator_counters(emulator)["nodePoolsCreated"] == 0
+
+
+def test_a_reservation_read_that_fails_for_a_moment_is_retried(
+    services: Services, db_url: str, emulator: EmulatorServer
+) -> None:
+    inject_fault(
+        emulator, "GET", RESERVATION_ZONE_PATH, 503, "The service is currently unavailable.", times=1
+    )
+    submit(db_url, "t-res", "alice", "2x2")
+    history = Driver(services).run_until_done(["t-res"])
+    assert task_of(services, "t-res").status is Status.SUCCEEDED
+    assert ("Pending", "ProvisioningFallback") not in history["t-res"]
+    with services.db() as s:
+        assert repo.get_pool(s, CLUSTER.id, task_of(services, "t-res").node_pool_name).mode == "reservation"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("status", "text"),
+    [
+        pytest.param(
+            429, "Quota 'TPUS_PER_PROJECT' exceeded. Limit: 0.0 in region us-east5.", id="quota (429)"
+        ),
+        pytest.param(
+            403,
+            'Insufficient regional quota to satisfy request: resource "TPUS": '
+            "request requires '8.0' and is short '8.0'.",
+            id="quota (403)",
+        ),
+        pytest.param(
+            403,
+            "Required 'container.nodePools.create' permission for 'projects/proj-a'",
+            id="permission denied",
+        ),
+        pytest.param(400, "Invalid value for field 'nodePool.config.machineType'.", id="invalid argument"),
+    ],
+)
+def test_final_gke_refusals_fail_the_task_at_once_with_gkes_text(
+    services: Services, db_url: str, emulator: EmulatorServer, status: int, text: str
+) -> None:
+    """Not retried until NodePoolTimeout (30 min by default): the task ends within the test's 90 s."""
+    inject_fault(emulator, "POST", r"/nodePools$", status, text)
+    submit(db_url, "t-refused", "alice", "2x2")
+    finished(services, "t-refused")
+    task = task_of(services, "t-refused")
+    assert (task.status, task.reason) == (Status.FAILED, Reason.NODE_POOL_FAILED)
+    assert task.message == f"Node pool creation failed: create node pool {task.node_pool_name}: {text}"
+
+
+SLOW_CREATES = {**EMULATOR, "nodePoolProvisionSeconds": 3.0}
+
+
+@pytest.mark.parametrize("emulator_config", [SLOW_CREATES])
+def test_a_stockout_in_the_create_operation_fails_the_task_with_the_operation_error(
+    services: Services, db_url: str, emulator: EmulatorServer
+) -> None:
+    """Another user's pool takes the whole reservation while Falcon's create waits behind it:
+    Falcon read free room, GKE's create operation then ends DONE with GCE_STOCKOUT."""
+    outsider = NodePoolPlan(
+        "other-team-pool",
+        resolve_shape("v6e", "4x8"),
+        ProvisioningMode.RESERVATION,
+        "res-a",
+        CLUSTER.node_zone,
+    )
+    services.gateways.node_pools.create(CLUSTER, outsider)  # 8 nodes, counted when its operation ends
+    submit(db_url, "t-short", "alice", "4x4")
+    finished(services, "t-short")
+    task = task_of(services, "t-short")
+    assert (task.status, task.reason) == (Status.FAILED, Reason.NODE_POOL_FAILED)
+    assert task.message.startswith(
+        "Node pool creation failed: GCE_STOCKOUT: reservation projects/proj-a/reservations/res-a does not "
+        f"have enough capacity for node pool {task.node_pool_name}: 4 nodes needed, 0 available"
+    )
+
+
+def test_a_reservation_read_still_failing_on_the_last_retry_ends_the_task_not_the_run(
+    services: Services, db_url: str, emulator: EmulatorServer
+) -> None:
+    """Prefect retries the provision step on TemporaryError; its last attempt reports instead of
+    crashing the run (the dispatcher would restart a crashed run forever)."""
+    inject_fault(emulator, "GET", RESERVATION_ZONE_PATH, 503, "The service is currently unavailable.")
+    submit(db_url, "t-res", "alice", "2x2")
+    task = task_of(services, "t-res")
+    view = TaskView(task, TaskSpec.parse(task.spec), resolve_shape("v6e", "2x2"), CLUSTER)
+    with pytest.raises(TemporaryError):
+        acquisition.provision(services, view)
+    with pytest.raises(TaskEnded) as ended:
+        acquisition.provision(services, view, final_attempt=True)
+    assert ended.value.outcome.reason is Reason.NODE_POOL_FAILED
+    assert ended.value.outcome.message == (
+        "Node pool creation failed: get reservation res-a in proj-a/us-east5-b: "
+        "The service is currently unavailable."
+    )
+    assert emulator_counters(emulator)["nodePoolsCreated"] == 0
+
+
+def test_a_resumed_run_finding_its_pool_in_error_reports_gkes_reason(
+    services: Services, db_url: str, emulator: EmulatorServer
+) -> None:
+    """A run that resumes after the create call has no operation name: it finds the pool in ERROR
+    and still reports GKE's reason (pool status and the failed create operation's error)."""
+    gke = services.gateways.node_pools
+    outsider = NodePoolPlan(
+        "other-team-pool",
+        resolve_shape("v6e", "4x8"),
+        ProvisioningMode.RESERVATION,
+        "res-a",
+        CLUSTER.node_zone,
+    )
+    gke.create(CLUSTER, outsider)  # takes the reservation when it ends; GKE runs ours after it
+    submit(db_url, "t-x", "alice", "4x4")
+    task = task_of(services, "t-x")
+    view = TaskView(task, TaskSpec.parse(task.spec), resolve_shape("v6e", "4x4"), CLUSTER)
+    plan = NodePoolPlan(
+        "falcon-resumed", view.shape, ProvisioningMode.RESERVATION, "res-a", CLUSTER.node_zone
+    )
+    Driver(services).run_until(lambda _: _created(gke, plan), seconds=30)
+    with pytest.raises(TaskEnded) as ended:
+        acquisition.wait_pool_ready(services, view, "falcon-resumed", utc_now())
+    assert ended.value.outcome.reason is Reason.NODE_POOL_FAILED
+    assert ended.value.outcome.message.startswith(
+        "Node pool creation failed: node pool falcon-resumed is ERROR: GCE_STOCKOUT: reservation "
+        "projects/proj-a/reservations/res-a does not have enough capacity for node pool falcon-resumed"
+    )

@@ -5,11 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import sqlalchemy as sa
 
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.migrate import downgrade, upgrade
-from falcon.adapters.db.session import session_scope
-from falcon.domain.model import QueueKey
+from falcon.adapters.db.session import engine_for, session_scope
+from falcon.domain.model import Cluster, ClusterStatus, QueueKey
 from falcon.domain.status import Reason, Status
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, 123456, tzinfo=UTC)
@@ -152,3 +153,34 @@ def test_falcon_cannot_write_a_transition_the_state_machine_forbids(db_url: str)
         repo.update_task(s, "t1", [Status.PENDING], T0, status=Status.SUCCEEDED)  # Pending never succeeds
     with pytest.raises(IllegalTransitionError), session_scope(db_url) as s:
         repo.update_task(s, "t1", [Status.PENDING], T0, status=Status.RUNNING, reason=Reason.WAITING)
+
+
+def test_the_zone_migration_keeps_each_clusters_reservation_zone_as_its_node_zone(db_url: str) -> None:
+    downgrade(db_url, "f1a0c0de0002")
+    with engine_for(db_url).begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO clusters (id, name, project, location, tpu_type, gcs_bucket,"
+                " default_reservation, reservation_zone, namespace, status, created_at)"
+                " VALUES ('c1', 'edge-a', 'p', 'us-east5', 'v6e', 'b',"
+                " 'res-a', 'us-east5-b', 'ns', 'active', :t)"
+            ),
+            {"t": T0.replace(tzinfo=None)},
+        )
+    upgrade(db_url)
+    with session_scope(db_url) as s:
+        (cluster,) = repo.list_clusters(s)
+    assert (cluster.zone, cluster.node_zone, cluster.region) == ("us-east5-b", "us-east5-b", "us-east5")
+    downgrade(db_url, "f1a0c0de0002")
+    with engine_for(db_url).begin() as conn:
+        assert conn.execute(sa.text("SELECT reservation_zone FROM clusters")).scalar_one() == "us-east5-b"
+
+
+def test_a_zonal_cluster_without_a_zone_puts_its_pools_in_its_own_zone(db_url: str) -> None:
+    with session_scope(db_url) as s:
+        repo.add_cluster(
+            s, Cluster("c1", "e", "p", "us-east5-a", "v6e", "b", None, ClusterStatus.ACTIVE, "ns"), T0
+        )
+    with session_scope(db_url) as s:
+        (cluster,) = repo.list_clusters(s)
+    assert (cluster.zone, cluster.node_zone) == (None, "us-east5-a")

@@ -8,9 +8,13 @@ from dataclasses import replace
 
 import httpx
 import pytest
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import container_v1
 
 from falcon.adapters import slots
+from falcon.adapters.credentials import gke_client
 from falcon.adapters.db import repository as repo
+from falcon.adapters.gke import cluster_path
 from falcon.domain.messages import Locale
 from falcon.domain.model import QueueKey
 from falcon.domain.scheduling import WaitingTask, pick_order, waiting_messages
@@ -27,18 +31,12 @@ def reservation_in_use(emulator: EmulatorServer) -> int:
     return int(found["inUseCount"])
 
 
-def scale_down_delay(services: Services, task_id: str) -> float:
-    """The pool's consolidationDelay as GKE (the emulator) stores it, read with the official client."""
-    from google.auth.credentials import AnonymousCredentials
-
-    from falcon.adapters.credentials import gke_client
-    from falcon.adapters.gke import cluster_path
-
+def gke_pool(services: Services, task_id: str) -> container_v1.NodePool:
+    """The task's pool as GKE (the emulator) stores it, read with the official client."""
     with services.db() as s:
         pool = repo.get_task(s, task_id).node_pool_name  # type: ignore[union-attr]
     client = gke_client(services.settings, AnonymousCredentials())  # type: ignore[no-untyped-call]
-    found = client.get_node_pool(name=f"{cluster_path(CLUSTER)}/nodePools/{pool}")
-    return float(found.config.consolidation_delay.total_seconds())
+    return client.get_node_pool(name=f"{cluster_path(CLUSTER)}/nodePools/{pool}")
 
 
 def test_three_actors_share_a_queue_round_robin_and_see_their_positions(
@@ -107,8 +105,10 @@ def test_the_reservation_is_used_while_it_has_room_then_flex_start(
     with services.db() as s:
         modes = {i: repo.get_pool(s, CLUSTER.id, repo.get_task(s, i).node_pool_name).mode for i in ids}  # type: ignore[union-attr,arg-type]
     assert modes == {"r1": "reservation", "r2": "reservation", "r3": "flex_start"}
-    # Rule 5: the scale-down delay follows the mode actually used (NodeConfig.consolidationDelay).
-    assert {i: scale_down_delay(services, i) for i in ids} == {"r1": 600, "r2": 600, "r3": 6 * 3600}
+    # The cluster is regional (three zones): every pool is pinned to the cluster's node zone,
+    # where the reservation lives, instead of being spread over the region.
+    assert {i: list(gke_pool(services, i).locations) for i in ids} == {i: ["us-east5-b"] for i in ids}
+    assert list(gke_pool(services, "r1").config.reservation_affinity.values) == ["res-a"]
     assert ("Pending", "ProvisioningFallback") in driver.history["r3"]
     assert ("Pending", "ProvisioningFallback") not in driver.history["r1"]
 

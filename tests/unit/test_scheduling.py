@@ -21,6 +21,7 @@ from falcon.domain.scheduling import (
     ProvisioningDecision,
     QueuePosition,
     ReservationCapacity,
+    UnusableReservationError,
     WaitingTask,
     choose_cluster,
     decide_provisioning,
@@ -35,8 +36,6 @@ from falcon.domain.scheduling import (
 from falcon.domain.status import Reason
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
-RESERVATION_IDLE = timedelta(minutes=10)
-FLEX_IDLE = timedelta(hours=6)
 
 
 def task(task_id: str, actor: str, minute: int, name: str | None = None) -> WaitingTask:
@@ -361,9 +360,13 @@ def test_waiting_message_summarises_beyond_preview() -> None:
 
 # --- Provisioning decision ----------------------------------------------------------------------
 
+MACHINE = "ct6e-standard-4t"
 
-def reservation(count: int, in_use: int) -> ReservationCapacity:
-    return ReservationCapacity("ghostfish", count, in_use)
+
+def reservation(
+    count: int, in_use: int, status: str = "READY", machine: str = MACHINE
+) -> ReservationCapacity:
+    return ReservationCapacity("ghostfish", count, in_use, status, machine)
 
 
 RES = ProvisioningMode.RESERVATION
@@ -371,99 +374,105 @@ FLEX = ProvisioningMode.FLEX_START
 
 
 @pytest.mark.parametrize(
-    ("nodes", "idle_pool", "default_reservation", "capacity", "expected"),
+    ("nodes", "idle_pool", "capacity", "expected"),
     [
         pytest.param(
             2,
             ("falcon-pool-1", RES),
-            "ghostfish",
             reservation(4, 4),
-            ProvisioningDecision("falcon-pool-1", RES, Reason.PROVISIONING, None, RESERVATION_IDLE),
+            ProvisioningDecision("falcon-pool-1", RES, Reason.PROVISIONING, None),
             id="reuse idle reservation pool even when the reservation is full",
         ),
         pytest.param(
             2,
             ("falcon-pool-2", FLEX),
             None,
-            None,
-            ProvisioningDecision("falcon-pool-2", FLEX, Reason.PROVISIONING, None, FLEX_IDLE),
-            id="reuse idle flex-start pool keeps the flex-start delay",
+            ProvisioningDecision("falcon-pool-2", FLEX, Reason.PROVISIONING, None),
+            id="reuse idle flex-start pool",
         ),
         pytest.param(
             2,
             None,
-            "ghostfish",
             reservation(4, 2),
-            ProvisioningDecision(None, RES, Reason.PROVISIONING, "ghostfish", RESERVATION_IDLE),
+            ProvisioningDecision(None, RES, Reason.PROVISIONING, "ghostfish"),
             id="reservation with exactly enough room",
         ),
         pytest.param(
             2,
             None,
-            "ghostfish",
             reservation(16, 0),
-            ProvisioningDecision(None, RES, Reason.PROVISIONING, "ghostfish", RESERVATION_IDLE),
+            ProvisioningDecision(None, RES, Reason.PROVISIONING, "ghostfish"),
             id="reservation with plenty of room",
         ),
         pytest.param(
             2,
             None,
-            "ghostfish",
             reservation(4, 3),
-            ProvisioningDecision(None, FLEX, Reason.PROVISIONING_FALLBACK, None, FLEX_IDLE),
+            ProvisioningDecision(None, FLEX, Reason.PROVISIONING_FALLBACK, None),
             id="reservation one node short: fallback to flex-start",
         ),
         pytest.param(
             1,
             None,
-            "ghostfish",
             reservation(4, 6),
-            ProvisioningDecision(None, FLEX, Reason.PROVISIONING_FALLBACK, None, FLEX_IDLE),
+            ProvisioningDecision(None, FLEX, Reason.PROVISIONING_FALLBACK, None),
             id="reservation over-used: fallback to flex-start",
         ),
         pytest.param(
             1,
             None,
-            "ghostfish",
             None,
-            ProvisioningDecision(None, FLEX, Reason.PROVISIONING_FALLBACK, None, FLEX_IDLE),
-            id="capacity unreadable: fallback to flex-start",
-        ),
-        pytest.param(
-            1,
-            None,
-            None,
-            None,
-            ProvisioningDecision(None, FLEX, Reason.PROVISIONING, None, FLEX_IDLE),
-            id="no default reservation: plain flex-start",
-        ),
-        pytest.param(
-            1,
-            None,
-            None,
-            reservation(8, 0),
-            ProvisioningDecision(None, FLEX, Reason.PROVISIONING, None, FLEX_IDLE),
-            id="no default reservation: capacity ignored",
+            ProvisioningDecision(None, FLEX, Reason.PROVISIONING, None),
+            id="no reservation: plain flex-start",
         ),
     ],
 )
 def test_decide_provisioning(
     nodes: int,
     idle_pool: tuple[str, ProvisioningMode] | None,
-    default_reservation: str | None,
     capacity: ReservationCapacity | None,
     expected: ProvisioningDecision,
 ) -> None:
-    decision = decide_provisioning(
-        nodes, idle_pool, default_reservation, capacity, RESERVATION_IDLE, FLEX_IDLE
-    )
-    assert decision == expected
+    assert decide_provisioning(nodes, MACHINE, idle_pool, capacity) == expected
+
+
+@pytest.mark.parametrize(
+    ("capacity", "problem"),
+    [
+        pytest.param(
+            reservation(16, 0, status="CREATING"),
+            "reservation ghostfish: status is CREATING, not READY",
+            id="not READY yet",
+        ),
+        pytest.param(
+            reservation(16, 0, status="INVALID"),
+            "reservation ghostfish: status is INVALID, not READY",
+            id="INVALID",
+        ),
+        pytest.param(
+            reservation(16, 0, machine="ct5lp-hightpu-4t"),
+            "reservation ghostfish: it reserves ct5lp-hightpu-4t, the slice needs ct6e-standard-4t",
+            id="another machine type",
+        ),
+        pytest.param(
+            reservation(0, 0, machine="ct6e-standard-8t"),
+            "reservation ghostfish: it reserves ct6e-standard-8t, the slice needs ct6e-standard-4t",
+            id="wrong machine type is reported even when the reservation is also full",
+        ),
+    ],
+)
+def test_an_unusable_reservation_is_an_error_not_a_fallback(
+    capacity: ReservationCapacity, problem: str
+) -> None:
+    with pytest.raises(UnusableReservationError) as raised:
+        decide_provisioning(2, MACHINE, None, capacity)
+    assert str(raised.value) == problem
 
 
 @pytest.mark.parametrize("nodes", [pytest.param(0, id="zero nodes"), pytest.param(-1, id="negative")])
 def test_decide_provisioning_rejects_impossible_node_counts(nodes: int) -> None:
     with pytest.raises(ValueError, match="nodes_needed"):
-        decide_provisioning(nodes, None, None, None, RESERVATION_IDLE, FLEX_IDLE)
+        decide_provisioning(nodes, MACHINE, None, None)
 
 
 @pytest.mark.parametrize(

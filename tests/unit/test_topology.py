@@ -12,7 +12,8 @@ from collections.abc import Collection
 import pytest
 
 from falcon.domain.errors import InvalidSpecError
-from falcon.domain.topology import Placement, canonical_tpu_type, resolve_shape
+from falcon.domain.model import TaskSpec
+from falcon.domain.topology import Placement, canonical_tpu_type, normalise_topology, resolve_shape
 
 NONE = Placement.NONE
 TOPO = Placement.TPU_TOPOLOGY
@@ -66,7 +67,6 @@ def row(
         row("v6e", "8x16", "ct6e-standard-4t", 32, 4, TOPO),
         row("v6e", "16x16", "ct6e-standard-4t", 64, 4, TOPO),
         # TPU7x
-        row("v7x", "1x1x1", "tpu7x-standard-1t", 1, 1, NONE),
         row("v7x", "2x2x1", "tpu7x-standard-4t", 1, 4, NONE),
         row("v7x", "2x2x2", "tpu7x-standard-4t", 2, 4, POLICY),
         row("v7x", "2x2x4", "tpu7x-standard-4t", 4, 4, POLICY),
@@ -102,7 +102,7 @@ def test_reference_table_rows(
     ],
 )
 def test_accelerator_label(tpu_type: str, label: str) -> None:
-    shape = resolve_shape(tpu_type, "1x1" if tpu_type in ("v5e", "v6e") else "1x1x1")
+    shape = resolve_shape(tpu_type, "1x1" if tpu_type in ("v5e", "v6e") else "2x2x1")
     assert shape.generation.accelerator_label == label
 
 
@@ -137,6 +137,8 @@ def test_alias_resolves_like_the_canonical_name() -> None:
         pytest.param("v6e", "0x4", r"topology '0x4' is not NxN", id="zero dimension"),
         pytest.param("v6e", "-2x4", r"topology '-2x4' is not NxN", id="negative dimension"),
         pytest.param("v6e", "2*4", r"topology '2\*4' is not NxN", id="wrong separator"),
+        pytest.param("v5p", "1x1x1", r"v5p has no 1-chip machine type", id="v5p has no -1t"),
+        pytest.param("v7x", "1x1x1", r"v7x has no 1-chip machine type", id="TPU7x has no -1t"),
         pytest.param("v6e", "1x2", r"topology 1x2 \(2 chips\) is not a valid v6e slice", id="two chips"),
         pytest.param("v5e", "1x3", r"topology 1x3 \(3 chips\) is not a valid v5e slice", id="three chips"),
         pytest.param("v6e", "4x2", r"topology 4x2 must list dimensions in ascending order", id="descending"),
@@ -160,3 +162,40 @@ def test_invalid_inputs_say_why(tpu_type: str, topology: str, message: str) -> N
 def test_four_chip_shapes_outside_the_table_are_rejected(tpu_type: str, topology: str) -> None:
     with pytest.raises(InvalidSpecError):
         resolve_shape(tpu_type, topology)
+
+
+@pytest.mark.parametrize(
+    ("tpu_type", "written", "canonical"),
+    [
+        pytest.param("v6e", "2X4", "2x4", id="upper case X"),
+        pytest.param("v6e", " 2x4 ", "2x4", id="surrounding blanks"),
+        pytest.param("v6e", "2×4", "2x4", id="multiplication sign"),
+        pytest.param("v6e", "2 x 4", "2x4", id="inner blanks"),
+        pytest.param("v6e", "\t4x4\n", "4x4", id="tab and newline"),
+        pytest.param("v7x", "2X2×2", "2x2x2", id="mixed 3D spellings"),
+    ],
+)
+def test_topology_spellings_normalise_to_one_queue_name(tpu_type: str, written: str, canonical: str) -> None:
+    assert normalise_topology(written) == canonical
+    shape = resolve_shape(tpu_type, written)
+    assert shape.topology == canonical
+    assert shape == resolve_shape(tpu_type, canonical)
+
+
+@pytest.mark.parametrize(
+    ("written", "message"),
+    [
+        pytest.param("2x4x", r"topology '2x4x' is not NxN", id="trailing separator"),
+        pytest.param("2,4", r"topology '2,4' is not NxN", id="comma"),
+        pytest.param("２x４", r"topology '２x４' is not NxN", id="full-width digits"),
+        pytest.param("2.0x4", r"topology '2.0x4' is not NxN", id="decimal"),
+    ],
+)
+def test_topology_spellings_that_are_not_shapes_are_rejected(written: str, message: str) -> None:
+    with pytest.raises(InvalidSpecError, match=message):
+        resolve_shape("v6e", written)
+
+
+def test_the_task_spec_carries_the_normalised_topology() -> None:
+    spec = TaskSpec.parse({"image": "i", "command": ["c"], "topology": " 2X4 "})
+    assert spec.topology == "2x4"

@@ -51,6 +51,15 @@ def reservations_client(settings: Settings, credentials: Credentials) -> compute
     return compute_v1.ReservationsClient(credentials=credentials, client_options=_client_options(settings))
 
 
+def resource_policies_client(
+    settings: Settings, credentials: Credentials
+) -> compute_v1.ResourcePoliciesClient:
+    """Compute resource policies: where the TPU7x workload policies live."""
+    return compute_v1.ResourcePoliciesClient(
+        credentials=credentials, client_options=_client_options(settings)
+    )
+
+
 class _TokenSource:
     """A bearer token from Google credentials, refreshed under a lock when it nears expiry."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import requests
 import urllib3
@@ -16,10 +16,42 @@ from falcon.domain.errors import ConflictError, NotFoundError, PermanentError, T
 T = TypeVar("T")
 
 _RETRYABLE_HTTP = {408, 429, 500, 502, 503, 504}
+# Phrases of a 429 that is a rate limit (retry) rather than an exhausted resource quota (final).
+_RATE_LIMIT = ("per minute", "per second", "per 100 seconds", "rate limit", "too many", "try again")
+# GKE's 400 FAILED_PRECONDITION while another operation runs on the cluster ("... is currently
+# creating a node pool ... Please wait and try again once it is done.").
+_BUSY = ("try again", "in progress", "is currently")
+
+
+def _error_body(exc: gexc.GoogleAPICallError) -> dict[str, Any]:
+    """The Google JSON error envelope's ``error`` object, when the exception came over REST."""
+    try:
+        body = exc.response.json() if exc.response is not None else {}
+    except (ValueError, AttributeError):
+        return {}
+    error = body.get("error") if isinstance(body, dict) else None
+    return error if isinstance(error, dict) else {}
 
 
 def _google_detail(exc: gexc.GoogleAPICallError) -> str:
-    return exc.message or str(exc)
+    """Google's own error text, without the method and URL api-core puts in front of it."""
+    return str(_error_body(exc).get("message") or exc.message or exc)
+
+
+def _is_temporary(exc: gexc.GoogleAPICallError, detail: str) -> bool:
+    """Retry only what time can fix: 429 rate limits, 5xx, GKE busy with another operation.
+
+    Final: 400 INVALID_ARGUMENT (and every other 400), 403 permission or quota, 429 that names an
+    exhausted resource quota, and stockouts (which GKE reports as the create operation's error)."""
+    text = detail.lower()
+    if exc.code == 400:
+        status = str(_error_body(exc).get("status", ""))
+        return status == "FAILED_PRECONDITION" and any(p in text for p in _BUSY)
+    if exc.code == 429:
+        return "quota" not in text or any(p in text for p in _RATE_LIMIT)
+    if exc.code == 403:  # Compute answers some rate limits with 403 rateLimitExceeded
+        return "rate limit" in text
+    return exc.code in _RETRYABLE_HTTP
 
 
 @contextmanager
@@ -31,19 +63,12 @@ def google_errors(what: str) -> Iterator[None]:
         raise NotFoundError(f"{what}: {_google_detail(exc)}") from exc
     except gexc.Conflict as exc:
         raise ConflictError(f"{what}: {_google_detail(exc)}") from exc
-    except gexc.BadRequest as exc:
-        # GKE answers 400 FAILED_PRECONDITION while another operation runs on the cluster.
-        detail = _google_detail(exc)
-        if "FAILED_PRECONDITION" in str(exc.response.text if exc.response is not None else "") or (
-            "try again" in detail.lower()
-        ):
-            raise TemporaryError(f"{what}: {detail}", delay=5) from exc
-        raise PermanentError(f"{what}: {detail}") from exc
     except gexc.GoogleAPICallError as exc:
-        if exc.code in _RETRYABLE_HTTP:
-            raise TemporaryError(f"{what}: {_google_detail(exc)}") from exc
-        raise PermanentError(f"{what}: {_google_detail(exc)}") from exc
-    except (gexc.RetryError, requests.ConnectionError, requests.Timeout) as exc:
+        detail = _google_detail(exc)
+        if _is_temporary(exc, detail):
+            raise TemporaryError(f"{what}: {detail}", delay=5 if exc.code == 400 else None) from exc
+        raise PermanentError(f"{what}: {detail}") from exc
+    except (gexc.RetryError, requests.ConnectionError, requests.Timeout, TimeoutError) as exc:
         raise TemporaryError(f"{what}: {exc}") from exc
 
 

@@ -57,7 +57,8 @@ class GkeNodePools:
             pool = self._client.get_node_pool(
                 name=f"{cluster_path(cluster)}/nodePools/{name}", timeout=self._timeout
             )
-        detail = pool.status_message or "; ".join(c.message for c in pool.conditions)
+        texts = [pool.status_message, *(c.message for c in pool.conditions)]
+        detail = "; ".join(dict.fromkeys(t for t in texts if t))  # GKE often repeats one text in both
         return PoolStatus(pool.name, container_v1.NodePool.Status(pool.status).name, detail)
 
     def list_names(self, cluster: Cluster) -> list[str]:
@@ -82,16 +83,43 @@ class GkeNodePools:
         return str(op.name)
 
     def operation(self, cluster: Cluster, op_name: str) -> OperationStatus:
+        """Poll one operation (GKE returns a short id; the path is built from the cluster's location)."""
         path = f"projects/{cluster.project}/locations/{cluster.location}/operations/{op_name}"
         with google_errors(f"get operation {op_name}"):
             op = self._client.get_operation(name=path, timeout=self._timeout)
-        done = op.status == container_v1.Operation.Status.DONE
-        error = op.error.message if op.error and op.error.code else None
-        return OperationStatus(op_name, done, error)
+        return _operation_status(op)
+
+    def create_error(self, cluster: Cluster, pool_name: str) -> str | None:
+        """The error text of the failed create operation of a pool, found by its target.
+
+        For a run that resumed after the create call (the operation name was not kept) and
+        finds the pool in ERROR or gone: GKE's reason lives on the operation, not the pool."""
+        parent = f"projects/{cluster.project}/locations/{cluster.location}"
+        target = f"/clusters/{cluster.name}/nodePools/{pool_name}"
+        with google_errors(f"list operations of {cluster.name}"):
+            found = self._client.list_operations(parent=parent, timeout=self._timeout)
+        errors = [
+            status.error
+            for op in found.operations
+            if op.operation_type == container_v1.Operation.Type.CREATE_NODE_POOL
+            and op.target_link.endswith(target)
+            and (status := _operation_status(op)).error
+        ]
+        return errors[-1] if errors else None
+
+
+def _operation_status(op: container_v1.Operation) -> OperationStatus:
+    """DONE means cancelled or completed; it failed when ``error.code`` is set (google.rpc.Status)."""
+    done = op.status == container_v1.Operation.Status.DONE
+    error = (op.error.message or f"error code {op.error.code}") if op.error and op.error.code else None
+    return OperationStatus(op.name, done, error)
 
 
 def to_node_pool(plan: NodePoolPlan) -> container_v1.NodePool:
-    """The GKE NodePool for a plan: reservation or flex-start, slice placement, scale-down delay."""
+    """The GKE NodePool for a plan: one zone, reservation or flex-start, slice placement.
+
+    No ``consolidationDelay``: GKE documents it only as a recent gcloud update flag for flex-start
+    pools; Falcon deletes idle pools itself (``reap_idle_pools``), which covers both modes."""
     shape = plan.shape
     config = container_v1.NodeConfig(
         machine_type=shape.machine_type,
@@ -99,9 +127,8 @@ def to_node_pool(plan: NodePoolPlan) -> container_v1.NodePool:
         workload_metadata_config=container_v1.WorkloadMetadataConfig(
             mode=container_v1.WorkloadMetadataConfig.Mode.GKE_METADATA
         ),
-        consolidation_delay=plan.scale_down_delay,
     )
-    if plan.mode is ProvisioningMode.RESERVATION and plan.reservation:
+    if plan.reservation:  # set exactly in reservation mode (NodePoolPlan checks it)
         config.reservation_affinity = container_v1.ReservationAffinity(
             consume_reservation_type=container_v1.ReservationAffinity.Type.SPECIFIC_RESERVATION,
             key=RESERVATION_KEY,
@@ -115,6 +142,7 @@ def to_node_pool(plan: NodePoolPlan) -> container_v1.NodePool:
     pool = container_v1.NodePool(
         name=plan.name,
         config=config,
+        locations=[plan.zone],
         initial_node_count=plan.initial_nodes,
         autoscaling=container_v1.NodePoolAutoscaling(
             enabled=True,
@@ -126,12 +154,10 @@ def to_node_pool(plan: NodePoolPlan) -> container_v1.NodePool:
             auto_repair=plan.mode is ProvisioningMode.RESERVATION, auto_upgrade=True
         ),
     )
-    if plan.zone:
-        pool.locations = [plan.zone]
     if shape.placement is Placement.TPU_TOPOLOGY:
         pool.placement_policy = container_v1.NodePool.PlacementPolicy(
             type_=container_v1.NodePool.PlacementPolicy.Type.COMPACT, tpu_topology=shape.topology
         )
-    elif shape.placement is Placement.WORKLOAD_POLICY:
+    elif plan.workload_policy:
         pool.placement_policy = container_v1.NodePool.PlacementPolicy(policy_name=plan.workload_policy)
     return pool

@@ -6,13 +6,16 @@ dataclasses so the services never see client models.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes import client as k8s
 
 from falcon.adapters.errors import kubernetes_errors
 from falcon.domain.errors import ConflictError
+from falcon.domain.job_manifest import MANAGED_BY, TASK_ID_ANNOTATION, TASK_LABEL
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,9 @@ class PodState:
     waiting_reason: str | None = None
     terminated: list[tuple[str, int]] = field(default_factory=list)  # (reason, exit code) per container
     unschedulable: str | None = None
+    waiting_message: str = ""
+    started: datetime | None = None  # status.startTime: the kubelet accepted the pod
+    job_name: str | None = None  # Falcon's task label: the Job the pod belongs to
 
     def describe(self) -> str:
         if self.terminated:
@@ -49,6 +55,24 @@ class PodState:
         if self.unschedulable:
             return f"Pod {self.name} unschedulable: {self.unschedulable}"
         return f"Pod {self.name} {self.phase}"
+
+
+@dataclass(frozen=True)
+class ClusterEvent:
+    """One Warning Event (core/v1) and the object it is about."""
+
+    kind: str
+    name: str
+    uid: str
+    reason: str
+    message: str
+    first_seen: datetime | None
+
+
+@dataclass(frozen=True)
+class FalconService:
+    name: str
+    task_id: str | None
 
 
 class KubernetesJobs:
@@ -95,6 +119,45 @@ class KubernetesJobs:
                 name, namespace, propagation_policy="Background", _request_timeout=self._timeout
             )
 
+    def ensure_service(self, namespace: str, manifest: dict[str, Any]) -> None:
+        """Create the Service; one that exists already (an earlier attempt made it) is done."""
+        try:
+            with kubernetes_errors(f"create Service {manifest['metadata']['name']}"):
+                self._core.create_namespaced_service(
+                    namespace,
+                    manifest,  # type: ignore[arg-type]
+                    _request_timeout=self._timeout,
+                )
+        except ConflictError:
+            pass
+
+    def delete_service(self, namespace: str, name: str) -> None:
+        with kubernetes_errors(f"delete Service {name}"):
+            self._core.delete_namespaced_service(name, namespace, _request_timeout=self._timeout)
+
+    def falcon_services(self, namespace: str) -> list[FalconService]:
+        with kubernetes_errors(f"list Services in {namespace}"):
+            found = self._core.list_namespaced_service(
+                namespace, label_selector=f"managed-by={MANAGED_BY}", _request_timeout=self._timeout
+            )
+        return [_service(s) for s in found.items]
+
+    def warning_events(self, namespace: str) -> list[ClusterEvent]:
+        """Every Warning Event of the namespace in one call (field selector ``type=Warning``)."""
+        with kubernetes_errors(f"list Warning events in {namespace}"):
+            found = self._core.list_namespaced_event(
+                namespace, field_selector="type=Warning", _request_timeout=self._timeout
+            )
+        return [_event(e) for e in found.items]
+
+    def falcon_pods(self, namespace: str) -> list[PodState]:
+        """The pods of every Falcon Job in the namespace, in one call."""
+        with kubernetes_errors(f"list pods in {namespace}"):
+            found = self._core.list_namespaced_pod(
+                namespace, label_selector=f"managed-by={MANAGED_BY}", _request_timeout=self._timeout
+            )
+        return [_pod_state(p) for p in found.items]
+
     def job_pods(self, namespace: str, job_name: str) -> list[PodState]:
         with kubernetes_errors(f"list pods of Job {job_name}"):
             found = self._core.list_namespaced_pod(
@@ -126,14 +189,121 @@ def _job_state(job: Any) -> JobState:
 
 def _pod_state(pod: Any) -> PodState:
     status = pod.status
-    waiting = None
+    waiting, waiting_message = None, ""
     terminated: list[tuple[str, int]] = []
     for cs in status.container_statuses or []:
         if cs.state and cs.state.waiting and cs.state.waiting.reason not in (None, "ContainerCreating"):
-            waiting = cs.state.waiting.reason
+            waiting, waiting_message = cs.state.waiting.reason, cs.state.waiting.message or ""
         if cs.state and cs.state.terminated and cs.state.terminated.exit_code != 0:
             terminated.append((cs.state.terminated.reason or "Error", cs.state.terminated.exit_code))
     unschedulable = next(
         (c.message for c in status.conditions or [] if c.type == "PodScheduled" and c.status == "False"), None
     )
-    return PodState(pod.metadata.name, status.phase or "Pending", waiting, terminated, unschedulable)
+    return PodState(
+        pod.metadata.name,
+        status.phase or "Pending",
+        waiting,
+        terminated,
+        unschedulable,
+        waiting_message,
+        status.start_time,
+        (pod.metadata.labels or {}).get(TASK_LABEL),
+    )
+
+
+def _service(service: Any) -> FalconService:
+    return FalconService(service.metadata.name, (service.metadata.annotations or {}).get(TASK_ID_ANNOTATION))
+
+
+def _event(event: Any) -> ClusterEvent:
+    involved = event.involved_object
+    return ClusterEvent(
+        kind=involved.kind or "",
+        name=involved.name or "",
+        uid=involved.uid or "",
+        reason=event.reason or "",
+        message=event.message or "",
+        first_seen=event.first_timestamp or event.event_time or event.last_timestamp,
+    )
+
+
+@dataclass(frozen=True)
+class StartGrace:
+    """How long a start failure the kubelet keeps retrying may last before the task is ended."""
+
+    image_pull: timedelta
+    mount: timedelta
+
+
+# Waiting reasons that no retry by the kubelet can cure: the spec itself is wrong.
+_FINAL_WAITING = {"InvalidImageName", "CreateContainerConfigError"}
+# Pull failures are retried with back-off: a registry hiccup heals, a missing image does not.
+_PULL_WAITING = {"ErrImagePull", "ImagePullBackOff"}
+# gRPC codes of a GCS FUSE MountVolume.SetUp failure that need a change of IAM, bucket or spec
+# (gcs-fuse-csi-driver docs/troubleshooting.md); Unauthenticated, Aborted and Internal may pass.
+_FINAL_MOUNT_CODES = (
+    "PermissionDenied",
+    "NotFound",
+    "FailedPrecondition",
+    "InvalidArgument",
+    "ResourceExhausted",
+)
+
+
+def start_failure(
+    job: JobState, pods: Iterable[PodState], events: Iterable[ClusterEvent], now: datetime, grace: StartGrace
+) -> str | None:
+    """Why the Job's pods can never start, quoting Kubernetes, or None while they still may.
+
+    The Job controller reports pods it may not create (missing ServiceAccount, quota, forbidden)
+    as FailedCreate on the Job; the kubelet reports volumes it cannot mount as FailedMount on
+    the pod and image or config problems as the container's waiting reason."""
+    events = list(events)
+    for event in events:
+        if (
+            event.kind == "Job"
+            and event.name == job.name
+            and event.uid in ("", job.uid)
+            and event.reason == "FailedCreate"
+            and job.active < job.parallelism  # still missing pods: not a refusal since overcome
+        ):
+            return f"Job {job.name} FailedCreate: {event.message}"
+    for pod in pods:
+        if pod.phase == "Pending":
+            found = _pod_failure(
+                pod, [e for e in events if e.kind == "Pod" and e.name == pod.name], now, grace
+            )
+            if found:
+                return found
+    return None
+
+
+def _pod_failure(pod: PodState, events: list[ClusterEvent], now: datetime, grace: StartGrace) -> str | None:
+    for event in events:
+        if event.reason == "FailedMount" and (
+            any(f"code = {code}" in event.message for code in _FINAL_MOUNT_CODES)
+            or _lasted(event.first_seen, now, grace.mount)
+        ):
+            return f"Pod {pod.name} FailedMount: {event.message}"
+    reason = pod.waiting_reason
+    if reason in _FINAL_WAITING:
+        return f"Pod {pod.name} {reason}: {pod.waiting_message}".rstrip(": ")
+    if reason in _PULL_WAITING:
+        pulls = [e for e in events if e.reason in ("Failed", "BackOff")]
+        since = min((e.first_seen for e in pulls if e.first_seen), default=pod.started)
+        if _lasted(since, now, grace.image_pull):
+            # The kubelet's "Failed to pull image ..." event says why; "Error: <reason>" does not.
+            quote = next(
+                (
+                    e.message
+                    for e in reversed(pulls)
+                    if e.reason == "Failed" and not e.message.startswith("Error:")
+                ),
+                pod.waiting_message,
+            )
+            return f"Pod {pod.name} {reason}: {quote}".rstrip(": ")
+    return None
+
+
+def _lasted(since: datetime | None, now: datetime, grace: timedelta) -> bool:
+    return since is not None and now - since >= grace

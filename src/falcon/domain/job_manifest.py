@@ -2,7 +2,11 @@
 
 The pods are pinned to the task's own node pool, request all TPU chips of their node, and
 write stdout/stderr through a GCS FUSE volume to ``gs://<bucket>/logs/<task id>/<pod name>.log``.
-A multi-host slice runs as an Indexed Job with one pod per node.
+A multi-host slice runs as an Indexed Job with one pod per node, its pods addressable through a
+headless Service (GKE "multi-host TPU with Indexed Job"): pod hostnames are
+``<job>-<index>.<service>``, and GKE's TPU webhook derives ``TPU_WORKER_ID`` and
+``TPU_WORKER_HOSTNAMES`` from the index and that ``subdomain``; without it the workers of a
+slice cannot find each other.
 """
 
 from __future__ import annotations
@@ -46,15 +50,50 @@ class JobTarget:
     def log_dir(self) -> str:
         return f"logs/{self.task_id}"
 
+    @property
+    def service_name(self) -> str:
+        return service_name_for(self.job_name)
+
+
+def service_name_for(job_name: str) -> str:
+    """The headless Service of a multi-host task: named as its Job (a DNS-1035 label, and Jobs
+    and Services do not share a namespace of names), so release and the orphan sweep find it."""
+    return job_name
+
 
 def log_object(task_id: str, pod_name: str) -> str:
     """Object path of a pod's log inside the cluster's bucket (design §7)."""
     return f"logs/{task_id}/{pod_name}.log"
 
 
+def _labels(target: JobTarget) -> dict[str, str]:
+    return {"managed-by": MANAGED_BY, TASK_LABEL: target.job_name}
+
+
+def render_service(target: JobTarget) -> dict[str, Any]:
+    """The headless Service a multi-host Job's pods name as ``subdomain``; created before the Job.
+
+    It selects only this task's pods, and publishes them before they are Ready: workers resolve
+    each other while they start, which is before any of them is Ready."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": target.service_name,
+            "labels": _labels(target),
+            "annotations": {TASK_ID_ANNOTATION: target.task_id},
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": {TASK_LABEL: target.job_name},
+            "publishNotReadyAddresses": True,
+        },
+    }
+
+
 def render_job(spec: TaskSpec, target: JobTarget) -> dict[str, Any]:
     shape = target.shape
-    labels = {"managed-by": MANAGED_BY, TASK_LABEL: target.job_name}
+    labels = _labels(target)
     job_spec: dict[str, Any] = {
         "backoffLimit": 0,
         "parallelism": shape.nodes,
@@ -106,6 +145,8 @@ def _pod_spec(spec: TaskSpec, target: JobTarget) -> dict[str, Any]:
             }
         ],
     }
+    if shape.multi_host:
+        pod["subdomain"] = target.service_name
     if target.service_account:
         pod["serviceAccountName"] = target.service_account
     return pod

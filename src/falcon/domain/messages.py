@@ -35,6 +35,7 @@ class MessageKey(StrEnum):
     JOB_SUBMIT_FAILED = "job_submit_failed"
     JOB_FAILED = "job_failed"
     JOB_VANISHED = "job_vanished"
+    PODS_CANNOT_START = "pods_cannot_start"
     TIMEOUT = "timeout"
     ABORTING = "aborting"
     ABORTED = "aborted"
@@ -114,6 +115,10 @@ TEMPLATES: dict[MessageKey, dict[Locale, str]] = {
     MessageKey.JOB_VANISHED: {
         Locale.ZH: "K8s Job {job} 在集群中消失",
         Locale.EN: "Kubernetes Job {job} disappeared from the cluster",
+    },
+    MessageKey.PODS_CANNOT_START: {
+        Locale.ZH: "Pod 无法启动: {detail}",
+        Locale.EN: "Pods cannot start: {detail}",
     },
     MessageKey.TIMEOUT: {
         Locale.ZH: "任务超时 ({seconds}s)，已取消 Job",

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from falcon.domain.errors import InvalidSpecError
 from falcon.domain.status import Reason, Status
+from falcon.domain.topology import normalise_topology
 
 
 class ClusterStatus(StrEnum):
@@ -37,7 +38,33 @@ class Cluster:
     default_reservation: str | None
     status: ClusterStatus
     namespace: str  # Kubernetes namespace Falcon submits Jobs into
-    reservation_zone: str | None = None  # zone of default_reservation; defaults to location
+    zone: str | None = None  # the zone of every node pool and of the reservation; None: location is a zone
+
+    @property
+    def node_zone(self) -> str:
+        """Where pools go: a slice lives in one zone, so a regional cluster must name one."""
+        if self.zone:
+            return self.zone
+        if not is_zone(self.location):
+            raise ValueError(f"cluster {self.name} is regional ({self.location}) and has no zone")
+        return self.location
+
+    @property
+    def region(self) -> str:
+        return region_of(self.node_zone)
+
+
+_ZONE = re.compile(r"^[a-z]+(?:-[a-z0-9]+)+-[a-z]$")
+
+
+def is_zone(location: str) -> bool:
+    """GCP zones are ``<region>-<letter>`` (``us-east5-b``); regions end in a digit (``us-east5``)."""
+    return bool(_ZONE.match(location))
+
+
+def region_of(location: str) -> str:
+    """The region of a zone (``us-east5-b`` → ``us-east5``); a region is its own region."""
+    return location.rsplit("-", 1)[0] if is_zone(location) else location
 
 
 @dataclass(frozen=True)
@@ -64,6 +91,11 @@ class TaskSpec(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     topology: str = Field(min_length=3)
     resources: dict[str, Any] | None = None
+
+    @field_validator("topology", mode="before")
+    @classmethod
+    def _normalise_topology(cls, topology: object) -> object:
+        return normalise_topology(topology) if isinstance(topology, str) else topology
 
     @field_validator("env")
     @classmethod
@@ -106,12 +138,14 @@ class Task:
     finished_at: datetime | None = None
     aborting_at: datetime | None = None
     aborted_at: datetime | None = None
+    # What Falcon could not read in the row (an upstream bug): intake fails the task with these.
+    problems: tuple[str, ...] = ()
 
     @property
     def topology(self) -> str | None:
         spec = self.spec if isinstance(self.spec, dict) else {}
         value = spec.get("topology")
-        return value if isinstance(value, str) else None
+        return normalise_topology(value) if isinstance(value, str) else None
 
 
 class ProvisioningMode(StrEnum):

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from itertools import islice
 from operator import attrgetter
 
+from falcon.domain.errors import PermanentError
 from falcon.domain.messages import AHEAD_PREVIEW, Locale, waiting_message
 from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey
 from falcon.domain.status import Reason
@@ -210,16 +211,23 @@ def _cluster_rank(load: ClusterLoad, topology: str) -> tuple[bool, int, str, str
 
 @dataclass(frozen=True)
 class ReservationCapacity:
-    """A Compute reservation's size and use, as the Compute API reports them."""
+    """A Compute reservation as the Compute API reports it; counts are VMs (= GKE nodes)."""
 
-    name: str
+    name: str  # as the pool's reservation affinity names it (NAME or projects/OWNER/reservations/NAME)
     count: int
     in_use: int
+    status: str  # CREATING, READY, UPDATING, DELETING, INVALID
+    machine_type: str
 
     @property
     def free(self) -> int:
         """Nodes still available; the API may briefly report in_use > count, which means none."""
         return max(0, self.count - self.in_use)
+
+
+class UnusableReservationError(PermanentError):
+    """The cluster's reservation can never hold this pool: a configuration problem to report, not to
+    paper over with flex-start (the user would pay on-demand prices without being told)."""
 
 
 @dataclass(frozen=True)
@@ -230,37 +238,43 @@ class ProvisioningDecision:
     mode: ProvisioningMode
     reason: Reason  # PROVISIONING or PROVISIONING_FALLBACK
     reservation: str | None  # set when the pool is created on the reservation
-    scale_down_delay: timedelta  # by the mode actually used
 
 
 def decide_provisioning(
     nodes_needed: int,
+    machine_type: str,
     idle_pool: tuple[str, ProvisioningMode] | None,
-    default_reservation: str | None,
-    capacity: ReservationCapacity | None,
-    reservation_idle: timedelta,
-    flex_start_idle: timedelta,
+    reservation: ReservationCapacity | None,
 ) -> ProvisioningDecision:
     """The §5 decision: reuse an idle pool, else the reservation if it has room, else flex-start.
 
-    ``capacity`` None means the reservation could not be read; that is treated like a full
-    reservation (fall back to flex-start) because a task should not wait on a Compute outage.
-    The scale-down delay follows the mode actually used, not the cluster's configuration.
+    ``reservation`` is the cluster's reservation as just read (None: the cluster has none). Only
+    "usable but too little free room" falls back to flex-start; a reservation that is not READY
+    or holds another machine type raises UnusableReservationError naming it and the problem.
     """
     if nodes_needed < 1:
         raise ValueError(f"nodes_needed must be at least 1, got {nodes_needed}")
-    delays = {ProvisioningMode.RESERVATION: reservation_idle, ProvisioningMode.FLEX_START: flex_start_idle}
     if idle_pool is not None:
         pool, mode = idle_pool
-        return ProvisioningDecision(pool, mode, Reason.PROVISIONING, None, delays[mode])
-    if default_reservation is None:
-        flex = ProvisioningMode.FLEX_START
-        return ProvisioningDecision(None, flex, Reason.PROVISIONING, None, delays[flex])
-    if capacity is not None and capacity.free >= nodes_needed:
-        mode = ProvisioningMode.RESERVATION
-        return ProvisioningDecision(None, mode, Reason.PROVISIONING, default_reservation, delays[mode])
+        return ProvisioningDecision(pool, mode, Reason.PROVISIONING, None)
     flex = ProvisioningMode.FLEX_START
-    return ProvisioningDecision(None, flex, Reason.PROVISIONING_FALLBACK, None, delays[flex])
+    if reservation is None:
+        return ProvisioningDecision(None, flex, Reason.PROVISIONING, None)
+    problem = reservation_problem(reservation, machine_type)
+    if problem:
+        raise UnusableReservationError(f"reservation {reservation.name}: {problem}")
+    if reservation.free >= nodes_needed:
+        return ProvisioningDecision(None, ProvisioningMode.RESERVATION, Reason.PROVISIONING, reservation.name)
+    return ProvisioningDecision(None, flex, Reason.PROVISIONING_FALLBACK, None)
+
+
+def reservation_problem(reservation: ReservationCapacity, machine_type: str) -> str | None:
+    """Why a pool of ``machine_type`` can never use this reservation, or None if it can."""
+    if reservation.status != "READY":
+        return f"status is {reservation.status or 'unknown'}, not READY"
+    if reservation.machine_type != machine_type:
+        return f"it reserves {reservation.machine_type or 'no machine type'}, the slice needs {machine_type}"
+    return None
 
 
 # --- Delayed deletion (§5, §8) --------------------------------------------------------------

@@ -31,15 +31,16 @@ class Generation:
     dims: int  # 2 for 2D torus generations, 3 for 3D
     max_chips: int
     multi_host_placement: Placement
+    single_chip_vm: bool  # a 1-chip machine type exists (v5e, v6e: -1t); v5p and TPU7x start at 2x2x1
 
 
 GENERATIONS: dict[str, Generation] = {
     g.tpu_type: g
     for g in (
-        Generation("v5e", "tpu-v5-lite-podslice", "ct5lp-hightpu", 2, 256, Placement.TPU_TOPOLOGY),
-        Generation("v5p", "tpu-v5p-slice", "ct5p-hightpu", 3, 8960, Placement.TPU_TOPOLOGY),
-        Generation("v6e", "tpu-v6e-slice", "ct6e-standard", 2, 256, Placement.TPU_TOPOLOGY),
-        Generation("v7x", "tpu7x", "tpu7x-standard", 3, 9216, Placement.WORKLOAD_POLICY),
+        Generation("v5e", "tpu-v5-lite-podslice", "ct5lp-hightpu", 2, 256, Placement.TPU_TOPOLOGY, True),
+        Generation("v5p", "tpu-v5p-slice", "ct5p-hightpu", 3, 8960, Placement.TPU_TOPOLOGY, False),
+        Generation("v6e", "tpu-v6e-slice", "ct6e-standard", 2, 256, Placement.TPU_TOPOLOGY, True),
+        Generation("v7x", "tpu7x", "tpu7x-standard", 3, 9216, Placement.WORKLOAD_POLICY, False),
     )
 }
 
@@ -83,26 +84,42 @@ def canonical_tpu_type(tpu_type: str) -> str:
     return _ALIASES.get(key, key)
 
 
+_TIMES_SIGNS = str.maketrans({"×": "x", "✕": "x"})
+
+
+def normalise_topology(topology: str) -> str:
+    """The one spelling queues, pool names and GKE use: ``2X4``, `` 2x4 ``, ``2×4``, ``2 x 4`` → ``2x4``.
+
+    Only case, surrounding/inner blanks and the multiplication sign vary; anything else is left
+    for ``parse_topology`` to reject, so a typo never silently becomes another shape."""
+    return "".join(topology.translate(_TIMES_SIGNS).lower().split())
+
+
 def parse_topology(topology: str, dims: int) -> tuple[int, ...]:
-    parts = topology.strip().lower().split("x")
-    if len(parts) != dims or not all(p.isdigit() and int(p) > 0 for p in parts):
+    parts = normalise_topology(topology).split("x")
+    if len(parts) != dims or not all(p.isascii() and p.isdigit() and int(p) > 0 for p in parts):
         raise InvalidSpecError(f"topology {topology!r} is not {'x'.join(['N'] * dims)}")
     return tuple(int(p) for p in parts)
 
 
 def resolve_shape(tpu_type: str, topology: str) -> SliceShape:
-    """Map a job's (tpu_type, topology) to its slice, or raise InvalidSpecError saying why not."""
+    """Map a job's (tpu_type, topology) to its slice, or raise InvalidSpecError saying why not.
+
+    The shape carries the normalised topology (``2X4`` → ``2x4``)."""
     generation = GENERATIONS.get(canonical_tpu_type(tpu_type))
     if generation is None:
         known = ", ".join(sorted(GENERATIONS))
         raise InvalidSpecError(f"unknown tpu_type {tpu_type!r} (known: {known})")
     dims = parse_topology(topology, generation.dims)
+    topology = "x".join(map(str, dims))
     chips = math.prod(dims)
     if chips > generation.max_chips:
         raise InvalidSpecError(
             f"topology {topology} has {chips} chips, more than {tpu_type} allows ({generation.max_chips})"
         )
     if chips == 1:
+        if not generation.single_chip_vm:
+            raise InvalidSpecError(f"{tpu_type} has no 1-chip machine type: the smallest slice is 2x2x1")
         return SliceShape(generation, topology, 1, 1, 1)
     if chips <= CHIPS_PER_MULTI_HOST_VM:
         if dims not in ((2, 2), (2, 2, 1)):

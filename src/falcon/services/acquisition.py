@@ -9,17 +9,24 @@ raises ``TaskEnded``; the lifecycle flow then releases whatever the task holds.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
 from falcon.adapters.db import repository as repo
+from falcon.adapters.k8s import ClusterEvent, JobState, PodState, StartGrace, start_failure
 from falcon.domain.errors import ConflictError, FalconError, NotFoundError, PermanentError, TemporaryError
-from falcon.domain.job_manifest import JobTarget, render_job
+from falcon.domain.job_manifest import JobTarget, render_job, render_service
 from falcon.domain.messages import MessageKey, render
-from falcon.domain.model import ProvisioningMode, QueueKey, k8s_job_name_for, node_pool_name_for
-from falcon.domain.node_pools import NodePoolPlan
-from falcon.domain.scheduling import ProvisioningDecision, ReservationCapacity, decide_provisioning
+from falcon.domain.model import ProvisioningMode, QueueKey, is_zone, k8s_job_name_for, node_pool_name_for
+from falcon.domain.node_pools import NodePoolPlan, ReservationRef
+from falcon.domain.scheduling import (
+    ProvisioningDecision,
+    ReservationCapacity,
+    UnusableReservationError,
+    decide_provisioning,
+)
 from falcon.domain.status import Reason, Status
 from falcon.domain.topology import resolve_shape
 from falcon.services.context import Outcome, Services, TaskEnded, TaskView
@@ -47,8 +54,24 @@ def _update_pending(services: Services, task_id: str, **values: object) -> None:
         ensure_active(services, task_id)
 
 
-def provision(services: Services, view: TaskView) -> str:
-    """Reuse an idle pool of the queue, or create one; returns the pool's name."""
+def provision(services: Services, view: TaskView, final_attempt: bool = False) -> str:
+    """Reuse an idle pool of the queue, or create one; returns the pool's name.
+
+    A TemporaryError (Compute or GKE unavailable, rate limited) is left to Prefect's retries;
+    on the ``final_attempt`` it ends the task NodePoolFailed with the error's text instead of
+    failing the run, which the dispatcher would only restart forever."""
+    try:
+        return _provision(services, view)
+    except TemporaryError as exc:
+        if final_attempt:
+            raise _pool_failed(services, str(exc)) from exc
+        raise
+
+
+def _provision(services: Services, view: TaskView) -> str:
+    if not view.cluster.zone and not is_zone(view.cluster.location):
+        no_zone = f"cluster {view.cluster.name} is regional and has no node zone (cluster add --zone)"
+        raise _pool_failed(services, no_zone)
     task, queue = view.task, QueueKey(view.cluster.id, view.shape.topology)
     now = services.clock()
     with services.db() as session:
@@ -69,35 +92,34 @@ def provision(services: Services, view: TaskView) -> str:
     if held is not None and held.state == repo.PoolState.IN_USE:
         return held.name  # reused, or resumed after the pool was already ready
     if held is not None:  # resumed after a crash or retry: the create may never have reached GKE
-        plan = _plan(services, view, ProvisioningMode(held.mode), held.reservation)
+        plan = _plan(view, ProvisioningMode(held.mode), held.reservation)
     else:
         plan = _decide_and_write_ahead(services, view)
     _create(services, view, plan, now)
     return plan.name
 
 
-def _plan(
-    services: Services, view: TaskView, mode: ProvisioningMode, reservation: str | None
-) -> NodePoolPlan:
-    settings = services.settings
-    delay = settings.reservation_idle if mode is ProvisioningMode.RESERVATION else settings.flex_start_idle
+def _plan(view: TaskView, mode: ProvisioningMode, reservation: str | None) -> NodePoolPlan:
     return NodePoolPlan(
         name=node_pool_name_for(view.task.id, view.shape.topology),
         shape=view.shape,
         mode=mode,
         reservation=reservation,
-        scale_down_delay=delay,
-        zone=view.cluster.reservation_zone,
+        zone=view.cluster.node_zone,
     )
 
 
 def _create(services: Services, view: TaskView, plan: NodePoolPlan, started: datetime) -> None:
-    """Create the pool, waiting out GKE's one-operation-at-a-time rule until the deadline."""
+    """Create the pool and follow its operation to the end, so GKE's error text reaches the row.
+
+    GKE's one-operation-at-a-time refusals are waited out until the deadline; a pool that
+    already exists (an earlier attempt created it) is followed by ``wait_pool_ready``."""
     deadline = started + timedelta(seconds=services.settings.node_pool_timeout_seconds)
+    _ensure_workload_policy(services, view, plan)
     while True:
         try:
-            services.gateways.node_pools.create(view.cluster, plan)
-            return
+            operation = services.gateways.node_pools.create(view.cluster, plan)
+            break
         except ConflictError:
             return  # created by an earlier attempt of this same task
         except TemporaryError as exc:
@@ -107,6 +129,40 @@ def _create(services: Services, view: TaskView, plan: NodePoolPlan, started: dat
             time.sleep(min(exc.delay or services.settings.poll_seconds, 10.0))
         except PermanentError as exc:
             raise _pool_failed(services, str(exc)) from exc
+    _wait_operation(services, view, operation, deadline)
+
+
+def _ensure_workload_policy(services: Services, view: TaskView, plan: NodePoolPlan) -> None:
+    """TPU7x multi-host: the pool's placementPolicy names a workload policy that must exist first,
+    in the cluster's project and the region of the pool's zone."""
+    if plan.workload_policy is None:
+        return
+    cluster = view.cluster
+    try:
+        services.gateways.workload_policies.ensure(
+            cluster.project, cluster.region, plan.workload_policy, view.shape.topology
+        )
+    except PermanentError as exc:
+        raise _pool_failed(services, str(exc)) from exc
+
+
+def _wait_operation(services: Services, view: TaskView, operation: str, deadline: datetime) -> None:
+    """Poll the create operation until DONE; a failed one (stockout, quota, bad request) is final."""
+    while True:
+        ensure_active(services, view.task.id)
+        try:
+            status = services.gateways.node_pools.operation(view.cluster, operation)
+        except TemporaryError:
+            status = None
+        except NotFoundError:
+            return  # GKE forgot it: wait_pool_ready judges the pool itself
+        if status and status.error:
+            raise _pool_failed(services, status.error)
+        if status and status.done:
+            return
+        if services.clock() >= deadline:
+            raise _timeout(services, f"operation {operation} still running")
+        time.sleep(services.settings.poll_seconds)
 
 
 def _decide_and_write_ahead(services: Services, view: TaskView) -> NodePoolPlan:
@@ -119,9 +175,8 @@ def _decide_and_write_ahead(services: Services, view: TaskView) -> NodePoolPlan:
     now = services.clock()
     with services.db() as session:
         repo.lock_cluster(session, view.cluster.id)
-        in_flight = _reservation_nodes_in_flight(session, view)
-        decision = _decide(services, view, in_flight)
-        plan = _plan(services, view, decision.mode, decision.reservation)
+        decision = _decide(services, view, session)
+        plan = _plan(view, decision.mode, decision.reservation)
         repo.write_ahead_pool(session, _pool_record(view, plan), now)
         moved = repo.update_task(
             session,
@@ -137,8 +192,7 @@ def _decide_and_write_ahead(services: Services, view: TaskView) -> NodePoolPlan:
     return plan
 
 
-def _reservation_nodes_in_flight(session: Session, view: TaskView) -> int:
-    reservation = view.cluster.default_reservation
+def _reservation_nodes_in_flight(session: Session, view: TaskView, reservation: str) -> int:
     creating = repo.pools_in(session, [repo.PoolState.CREATING])
     return sum(
         resolve_shape(view.cluster.tpu_type, p.topology).nodes
@@ -149,24 +203,30 @@ def _reservation_nodes_in_flight(session: Session, view: TaskView) -> int:
     )
 
 
-def _decide(services: Services, view: TaskView, in_flight: int) -> ProvisioningDecision:
-    cluster, capacity = view.cluster, None
-    if cluster.default_reservation:
-        try:
-            found = services.gateways.reservations.capacity(
-                cluster.project, cluster.reservation_zone or cluster.location, cluster.default_reservation
-            )
-            capacity = ReservationCapacity(found.name, found.count, found.in_use + in_flight)
-        except FalconError:
-            capacity = None  # unreadable: treated as short, so the task still gets capacity
-    return decide_provisioning(
-        view.shape.nodes,
-        None,
-        cluster.default_reservation,
-        capacity,
-        services.settings.reservation_idle,
-        services.settings.flex_start_idle,
-    )
+def _decide(services: Services, view: TaskView, session: Session) -> ProvisioningDecision:
+    """Reservation or flex-start. Only a READY reservation of the slice's machine type that is
+    short of room falls back to flex-start; one that cannot be read or used fails the task."""
+    try:
+        return decide_provisioning(
+            view.shape.nodes, view.shape.machine_type, None, _reservation(services, view, session)
+        )
+    except UnusableReservationError as exc:
+        raise _pool_failed(services, str(exc)) from exc
+
+
+def _reservation(services: Services, view: TaskView, session: Session) -> ReservationCapacity | None:
+    """The cluster's reservation read in its owner's project and the pool's zone, minus the room
+    Falcon's own reservation pools still being created will take."""
+    cluster = view.cluster
+    if not cluster.default_reservation:
+        return None
+    try:
+        ref = ReservationRef.parse(cluster.default_reservation, cluster.project)
+        found = services.gateways.reservations.capacity(ref, cluster.node_zone)
+    except (ValueError, PermanentError) as exc:  # malformed name; not found, permission denied
+        raise _pool_failed(services, str(exc)) from exc
+    in_flight = _reservation_nodes_in_flight(session, view, found.name)
+    return replace(found, in_use=found.in_use + in_flight)
 
 
 def _provisioning_message(services: Services, decision: ProvisioningDecision) -> str:
@@ -198,7 +258,8 @@ def wait_pool_ready(services: Services, view: TaskView, pool_name: str, started:
         try:
             status = services.gateways.node_pools.get(view.cluster, pool_name)
         except NotFoundError as exc:
-            raise _pool_failed(services, f"node pool {pool_name} disappeared") from exc
+            gone = f"node pool {pool_name} disappeared"
+            raise _pool_failed(services, _with_operation_error(services, view, pool_name, gone)) from exc
         except TemporaryError:
             status = None
         if status and status.status in _READY:
@@ -208,10 +269,21 @@ def wait_pool_ready(services: Services, view: TaskView, pool_name: str, started:
                 )
             return
         if status and status.status in _BROKEN:
-            raise _pool_failed(services, status.detail or status.status)
+            detail = f"node pool {pool_name} is {status.status}"
+            detail += f": {status.detail}" if status.detail else ""
+            raise _pool_failed(services, _with_operation_error(services, view, pool_name, detail))
         if services.clock() >= deadline:
             raise _timeout(services, f"node pool {pool_name} still {status.status if status else 'unknown'}")
         time.sleep(services.settings.poll_seconds)
+
+
+def _with_operation_error(services: Services, view: TaskView, pool_name: str, detail: str) -> str:
+    """Add the failed create operation's text: GKE puts the reason (stockout, quota) there."""
+    try:
+        error = services.gateways.node_pools.create_error(view.cluster, pool_name)
+    except FalconError:
+        error = None  # best effort: the pool's own state already says it failed
+    return f"{detail}; operation: {error}" if error and error not in detail else detail
 
 
 def _timeout(services: Services, detail: str) -> TaskEnded:
@@ -249,6 +321,8 @@ def dispatch(services: Services, view: TaskView, pool_name: str) -> str:
     jobs = services.gateways.jobs(view.cluster)
     try:
         jobs.ensure_namespace(view.cluster.namespace)
+        if view.shape.multi_host:  # before the Job: its pods name the Service as their subdomain
+            jobs.ensure_service(view.cluster.namespace, render_service(target))
         uid = jobs.create_job(view.cluster.namespace, render_job(view.spec, target))
     except ConflictError:
         uid = jobs.get_job(view.cluster.namespace, job_name).uid
@@ -274,7 +348,10 @@ def dispatch(services: Services, view: TaskView, pool_name: str) -> str:
 
 
 def wait_pods_running(services: Services, view: TaskView, job_name: str) -> int:
-    """Poll until every pod of the Job runs (or it already finished); returns pods running."""
+    """Poll until every pod of the Job runs (or it already finished); returns pods running.
+
+    Pods that can never start end the task (JobFailed), timeout or not: the slot is not held
+    for a Job the cluster will not run."""
     namespace, total = view.cluster.namespace, view.shape.nodes
     jobs = services.gateways.jobs(view.cluster)
     while True:
@@ -282,6 +359,7 @@ def wait_pods_running(services: Services, view: TaskView, job_name: str) -> int:
         try:
             job = jobs.get_job(namespace, job_name)
             pods = jobs.job_pods(namespace, job_name)
+            events = [] if _all_running(pods, total) else jobs.warning_events(namespace)
         except TemporaryError:
             time.sleep(services.settings.poll_seconds)
             continue
@@ -296,6 +374,9 @@ def wait_pods_running(services: Services, view: TaskView, job_name: str) -> int:
         if running >= total or job.complete:
             return running
         _check_timeout(services, view)
+        blocked = cannot_start(services, job, pods, events)
+        if blocked:
+            raise TaskEnded(blocked)
         stuck = next((p.describe() for p in pods if p.waiting_reason or p.unschedulable), "")
         message = _message(
             services,
@@ -306,6 +387,27 @@ def wait_pods_running(services: Services, view: TaskView, job_name: str) -> int:
         )
         _update_pending(services, view.task.id, message=message)
         time.sleep(services.settings.poll_seconds)
+
+
+def _all_running(pods: list[PodState], total: int) -> bool:
+    """No event is needed to explain pods that all run."""
+    return sum(1 for p in pods if p.phase == "Running") >= total
+
+
+def cannot_start(
+    services: Services, job: JobState, pods: list[PodState], events: list[ClusterEvent]
+) -> Outcome | None:
+    """Failed/JobFailed quoting Kubernetes when the Job's pods can never start, else None."""
+    settings = services.settings
+    grace = StartGrace(
+        timedelta(seconds=settings.image_pull_grace_seconds), timedelta(seconds=settings.mount_grace_seconds)
+    )
+    detail = start_failure(job, pods, events, services.clock(), grace)
+    if detail is None:
+        return None
+    return Outcome(
+        Status.FAILED, Reason.JOB_FAILED, _message(services, MessageKey.PODS_CANNOT_START, detail=detail)
+    )
 
 
 def _check_timeout(services: Services, view: TaskView) -> None:

@@ -119,7 +119,8 @@ class Dispatcher:
         report.reaped = reconcile.reap_idle_pools(self.services, self.book.counts())
         if time.monotonic() - self._last_orphan_scan >= self.services.settings.orphan_scan_seconds:
             self._last_orphan_scan = time.monotonic()
-            report.orphans = reconcile.delete_orphan_pools(self.services)
+            pools = reconcile.delete_orphan_pools(self.services)
+            report.orphans = pools + reconcile.delete_orphan_services(self.services)
 
 
 def _quietly(step: Callable[[Pick], None], pick: Pick) -> None:

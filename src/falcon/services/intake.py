@@ -28,6 +28,8 @@ class IntakeReport:
 
 
 def validate(task: Task) -> TaskSpec:
+    if task.problems:
+        raise InvalidSpecError("; ".join(task.problems))
     spec = TaskSpec.parse(task.spec)
     resolve_shape(task.tpu_type, spec.topology)
     if task.timeout_seconds is not None and task.timeout_seconds <= 0:

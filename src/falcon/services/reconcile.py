@@ -19,8 +19,8 @@ from falcon.domain.job_manifest import MANAGED_BY
 from falcon.domain.messages import MessageKey, render
 from falcon.domain.model import NODE_POOL_PREFIX, Cluster, QueueKey, Task
 from falcon.domain.scheduling import IdlePool, expired_idle_pools
-from falcon.domain.status import Reason, Status
-from falcon.services.acquisition import timed_out
+from falcon.domain.status import TERMINAL, Reason, Status
+from falcon.services.acquisition import cannot_start, timed_out
 from falcon.services.context import Outcome, Services
 from falcon.services.ports import Launcher, Slots
 from falcon.services.release import record_outcome
@@ -48,8 +48,8 @@ def abort_unstarted(session: Session, services: Services, now: datetime) -> list
 
 
 def follow_running(services: Services) -> list[str]:
-    """One Job list per cluster; every running task whose Job ended, vanished, timed out or
-    was aborted moves to releasing. Returns the ids that did."""
+    """One Job list per cluster; every running task whose Job ended, vanished, timed out, was
+    aborted or has pods that can never start moves to releasing. Returns the ids that did."""
     with services.db() as session:
         running = repo.progress_in(session, [repo.Phase.RUNNING])
         tasks = {p.task_id: repo.get_task(session, p.task_id) for p in running}
@@ -71,14 +71,35 @@ def follow_running(services: Services) -> list[str]:
             }
         except FalconError:
             continue  # cluster unreachable this round; try again next round
-        for task_id in task_ids:
-            task = tasks[task_id]
-            if task is None:
-                continue
-            outcome = _running_outcome(services, cluster, task, jobs.get(task.k8s_job_name or ""))
-            if outcome and record_outcome(services, task_id, outcome, [repo.Phase.RUNNING]):
-                ended.append(task_id)
+        known = [t for t in (tasks[i] for i in task_ids) if t is not None]
+        blocked = _start_failures(
+            services, cluster, [jobs[t.k8s_job_name or ""] for t in known if t.k8s_job_name in jobs]
+        )
+        for task in known:
+            job_name = task.k8s_job_name or ""
+            outcome = _running_outcome(services, cluster, task, jobs.get(job_name)) or blocked.get(job_name)
+            if outcome and record_outcome(services, task.id, outcome, [repo.Phase.RUNNING]):
+                ended.append(task.id)
     return ended
+
+
+def _start_failures(services: Services, cluster: Cluster, jobs: list[JobState]) -> dict[str, Outcome]:
+    """Jobs whose pods can never start, by name. Two calls per cluster (its Falcon pods and its
+    Warning events), and only while one of its Jobs has pods that are not all ready."""
+    unready = [j for j in jobs if not j.finished and j.ready < j.parallelism]
+    if not unready:
+        return {}
+    gateway = services.gateways.jobs(cluster)
+    try:
+        pods, events = gateway.falcon_pods(cluster.namespace), gateway.warning_events(cluster.namespace)
+    except FalconError:
+        return {}  # cluster unreachable this round; try again next round
+    found = {}
+    for job in unready:
+        outcome = cannot_start(services, job, [p for p in pods if p.job_name == job.name], events)
+        if outcome:
+            found[job.name] = outcome
+    return found
 
 
 def _running_outcome(
@@ -240,5 +261,29 @@ def delete_orphan_pools(services: Services) -> list[str]:
         for name in names:
             if name.startswith(NODE_POOL_PREFIX) and (cluster.id, name) not in tracked:
                 _request_delete(services, cluster, name)
+                orphans.append(name)
+    return orphans
+
+
+def delete_orphan_services(services: Services) -> list[str]:
+    """Delete Falcon's headless Services whose task is terminal or unknown here.
+
+    Release deletes a task's Service; this catches one left by a release that lost the race with
+    a crash, or by a lost database, as delete_orphan_pools does for pools."""
+    with services.db() as session:
+        clusters = repo.list_clusters(session)
+    orphans = []
+    for cluster in clusters:
+        gateway = services.gateways.jobs(cluster)
+        try:
+            found = gateway.falcon_services(cluster.namespace)
+        except FalconError:
+            continue
+        with services.db() as session:
+            tasks = {s.name: repo.get_task(session, s.task_id) if s.task_id else None for s in found}
+        for name, task in tasks.items():
+            if task is None or task.status in TERMINAL:
+                with contextlib.suppress(FalconError):
+                    gateway.delete_service(cluster.namespace, name)
                 orphans.append(name)
     return orphans

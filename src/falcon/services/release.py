@@ -1,8 +1,9 @@
 """Phase 6 of the design (deprovisioning), shared by every way a task ends, abort included.
 
-Delete the Job, then keep the node pool for a waiting task of the same queue or delete it,
-then write the terminal status. A node-pool deletion that keeps failing does not change the
-outcome: its error is appended to the Message and the pool stays marked for the janitor.
+Delete the Job (and the headless Service of a multi-host task), then keep the node pool for a
+waiting task of the same queue or delete it, then write the terminal status. A node-pool
+deletion that keeps failing does not change the outcome: its error is appended to the Message
+and the pool stays marked for the janitor.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from datetime import timedelta
 
 from falcon.adapters.db import repository as repo
 from falcon.domain.errors import FalconError, NotFoundError, TemporaryError
+from falcon.domain.job_manifest import service_name_for
 from falcon.domain.messages import MessageKey, render
-from falcon.domain.model import Cluster, QueueKey
+from falcon.domain.model import Cluster, QueueKey, k8s_job_name_for
 from falcon.domain.scheduling import keep_pool_after_task
 from falcon.domain.status import Reason, Status
 from falcon.services.context import Outcome, Services
@@ -67,6 +69,9 @@ def release(services: Services, task_id: str) -> Outcome:
     if cluster is not None:
         if task.k8s_job_name:
             delete_job(services, cluster, task.k8s_job_name)
+        if task.k8s_job_name or outcome.reason is Reason.JOB_SUBMIT_FAILED:
+            # By the derived name: dispatch creates the Service before the Job, which may be refused.
+            delete_service(services, cluster, service_name_for(k8s_job_name_for(task_id)))
         if task.node_pool_name and progress.queue:
             pool_error = keep_or_delete_pool(services, cluster, task.node_pool_name, progress.queue, task_id)
     if pool_error:
@@ -86,6 +91,12 @@ def release(services: Services, task_id: str) -> Outcome:
 def delete_job(services: Services, cluster: Cluster, job_name: str) -> None:
     with contextlib.suppress(NotFoundError):
         services.gateways.jobs(cluster).delete_job(cluster.namespace, job_name)
+
+
+def delete_service(services: Services, cluster: Cluster, name: str) -> None:
+    """The headless Service of a multi-host task; a single-host task has none (404 = done)."""
+    with contextlib.suppress(NotFoundError):
+        services.gateways.jobs(cluster).delete_service(cluster.namespace, name)
 
 
 def keep_or_delete_pool(

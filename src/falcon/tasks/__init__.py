@@ -7,6 +7,7 @@ from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
+from prefect.runtime import task_run
 from prefect.tasks import exponential_backoff
 
 from falcon.adapters.db.repository import Phase
@@ -44,7 +45,12 @@ _RETRIES: dict[str, Any] = {
 @task(name="provision-node-pool", **_RETRIES)
 def provision_node_pool(task_id: str) -> str:
     svc = services()
-    return acquisition.provision(svc, acquisition_view(svc, task_id))
+    return acquisition.provision(svc, acquisition_view(svc, task_id), final_attempt=_final_attempt())
+
+
+def _final_attempt() -> bool:
+    """True on the last run Prefect will make of the current task (retries exhausted after it)."""
+    return int(task_run.run_count) > int(_RETRIES["retries"])
 
 
 @task(name="wait-node-pool-ready", **_RETRIES)

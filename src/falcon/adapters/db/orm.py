@@ -8,6 +8,9 @@ All timestamps are stored as naive UTC with microseconds and read back as aware 
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -46,6 +49,46 @@ class UtcDateTime(TypeDecorator[datetime]):
     def process_result_value(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
         return value.replace(tzinfo=UTC) if value is not None else None
 
+    def result_processor(self, dialect: sa.Dialect, coltype: object) -> Callable[[Any], Any]:
+        """Upstream may write a timestamp Falcon cannot parse (SQLite keeps any text; MySQL may
+        hand back a zero date as a string): read it as ``Unreadable`` instead of failing the query."""
+        process = super().result_processor(dialect, coltype)
+
+        def lenient(value: Any) -> Any:
+            try:
+                return process(value) if process else value
+            except (ValueError, TypeError, AttributeError) as exc:
+                return Unreadable(str(value), f"not a timestamp ({exc})")
+
+        return lenient
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A column value upstream wrote that Falcon cannot decode; the row, not the query, fails."""
+
+    raw: str
+    problem: str
+
+
+class LenientJson(TypeDecorator[Any]):
+    """JSON that decodes per row: invalid JSON (SQLite stores any text) reads as ``Unreadable``,
+    so one bad row never fails the batch it is loaded with."""
+
+    impl = sa.JSON
+    cache_ok = True
+
+    def result_processor(self, dialect: sa.Dialect, coltype: object) -> Callable[[Any], Any]:
+        def decode(value: Any) -> Any:
+            if not isinstance(value, str | bytes):
+                return value
+            try:
+                return json.loads(value)
+            except ValueError as exc:
+                return Unreadable(value if isinstance(value, str) else repr(value), f"not valid JSON ({exc})")
+
+        return decode
+
 
 class Base(DeclarativeBase):
     metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
@@ -61,7 +104,7 @@ class JobRow(Base):
     actor: Mapped[str] = mapped_column(sa.String(128))
     name: Mapped[str] = mapped_column(sa.String(255))
     tpu_type: Mapped[str] = mapped_column(sa.String(32))
-    spec: Mapped[Any] = mapped_column(sa.JSON)
+    spec: Mapped[Any] = mapped_column(LenientJson)
     timeout_seconds: Mapped[int | None] = mapped_column(sa.Integer)
     status: Mapped[str] = mapped_column(sa.String(16), default="Pending")
     reason: Mapped[str | None] = mapped_column(sa.String(64))
@@ -95,7 +138,7 @@ class ClusterRow(Base):
     tpu_type: Mapped[str] = mapped_column(sa.String(32))
     gcs_bucket: Mapped[str] = mapped_column(sa.String(255))
     default_reservation: Mapped[str | None] = mapped_column(sa.String(255))
-    reservation_zone: Mapped[str | None] = mapped_column(sa.String(64))
+    zone: Mapped[str | None] = mapped_column(sa.String(64))  # node pools and reservation; NULL: location
     namespace: Mapped[str] = mapped_column(sa.String(63), default="falcon-jobs")
     status: Mapped[str] = mapped_column(sa.String(16), default="active")
     created_at: Mapped[datetime]

@@ -9,13 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from falcon.adapters.db.orm import ClusterRow, JobRow, NodePoolRow, QueueRotationRow, TaskProgressRow
+from falcon.adapters.db.orm import (
+    ClusterRow,
+    JobRow,
+    NodePoolRow,
+    QueueRotationRow,
+    TaskProgressRow,
+    Unreadable,
+)
 from falcon.domain.model import Cluster, ClusterStatus, QueueKey, Task
 from falcon.domain.scheduling import WaitingTask
 from falcon.domain.status import Reason, Status, check_transition
@@ -55,7 +62,7 @@ def _cluster(row: ClusterRow) -> Cluster:
         default_reservation=row.default_reservation,
         status=ClusterStatus(row.status),
         namespace=row.namespace,
-        reservation_zone=row.reservation_zone,
+        zone=row.zone,
     )
 
 
@@ -69,7 +76,7 @@ def add_cluster(session: Session, cluster: Cluster, now: datetime) -> None:
             tpu_type=cluster.tpu_type,
             gcs_bucket=cluster.gcs_bucket,
             default_reservation=cluster.default_reservation,
-            reservation_zone=cluster.reservation_zone,
+            zone=cluster.zone,
             namespace=cluster.namespace,
             status=cluster.status.value,
             created_at=now,
@@ -110,25 +117,67 @@ def find_cluster(session: Session, name: str, project: str, location: str) -> Cl
 
 
 def _task(row: JobRow) -> Task:
+    """The row as Falcon reads it. Values upstream got wrong do not raise: they are listed in
+    ``Task.problems`` (and replaced by neutral values) so intake fails this one task."""
+    problems: list[str] = []
     return Task(
         id=row.id,
-        actor=row.actor,
-        name=row.name,
-        tpu_type=row.tpu_type,
-        spec=row.spec,
-        timeout_seconds=row.timeout_seconds,
+        actor=_text(row.actor, "actor", problems),
+        name=_text(row.name, "name", problems),
+        tpu_type=_text(row.tpu_type, "tpu_type", problems),
+        spec=_json(row.spec, problems),
+        timeout_seconds=_optional_int(row.timeout_seconds, "timeout_seconds", problems),
         status=Status(row.status),
         reason=_known_reason(row.reason),
         message=row.message,
         cluster_id=row.cluster_id,
         node_pool_name=row.node_pool_name,
         k8s_job_name=row.k8s_job_name,
-        created_at=row.created_at,
-        dispatched_at=row.dispatched_at,
-        finished_at=row.finished_at,
-        aborting_at=row.aborting_at,
-        aborted_at=row.aborted_at,
+        created_at=_time(row.created_at, "created_at", problems) or UNKNOWN_TIME,
+        dispatched_at=_time(row.dispatched_at, "dispatched_at", problems),
+        finished_at=_time(row.finished_at, "finished_at", problems),
+        aborting_at=_time(row.aborting_at, "aborting_at", problems),
+        aborted_at=_time(row.aborted_at, "aborted_at", problems),
+        problems=tuple(problems),
     )
+
+
+UNKNOWN_TIME = datetime(1970, 1, 1, tzinfo=UTC)  # stands in for a timestamp the row got wrong
+
+
+def _text(value: object, column: str, problems: list[str]) -> str:
+    if isinstance(value, str) and value.strip():
+        return value
+    problems.append(f"{column} is {'empty' if isinstance(value, str) else _shown(value)}, a text is required")
+    return "" if value is None else str(value)
+
+
+def _json(value: object, problems: list[str]) -> Any:
+    if isinstance(value, Unreadable):
+        problems.append(f"spec is {value.problem}: {value.raw[:80]!r}")
+        return None
+    return value
+
+
+def _optional_int(value: object, column: str, problems: list[str]) -> int | None:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)  # an upstream table that keeps numbers as text
+    problems.append(f"{column} is {_shown(value)}, an integer is required")
+    return None
+
+
+def _time(value: object, column: str, problems: list[str]) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    shown = value.raw if isinstance(value, Unreadable) else value
+    problems.append(f"{column} is {str(shown)[:40]!r}, not a timestamp")
+    return None
+
+
+def _shown(value: object) -> str:
+    return "NULL" if value is None else repr(value)[:40]
 
 
 def _known_reason(value: str | None) -> Reason | None:

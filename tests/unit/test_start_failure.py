@@ -1,0 +1,88 @@
+"""Named cases of `start_failure`: which Kubernetes reports end a task whose pods cannot start,
+and which it waits out (retried by the kubelet) before it gives up."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from falcon.adapters.k8s import ClusterEvent, JobState, PodState, StartGrace, start_failure
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+GRACE = StartGrace(image_pull=timedelta(seconds=60), mount=timedelta(seconds=300))
+FORBIDDEN = (
+    'Error creating: pods "j-0-" is forbidden: error looking up service account '
+    'falcon-jobs/ksa: serviceaccount "ksa" not found'
+)
+
+
+def job(active: int = 0, parallelism: int = 2) -> JobState:
+    return JobState("j", "uid-1", parallelism, active, 0, 0, 0, False, None, "t1")
+
+
+def pod(waiting: str | None = None, message: str = "", started: datetime | None = NOW) -> PodState:
+    return PodState("j-0-abc", "Pending", waiting, waiting_message=message, started=started)
+
+
+def event(kind: str, reason: str, message: str, age: float, name: str = "j-0-abc") -> ClusterEvent:
+    uid = "uid-1" if kind == "Job" else ""
+    return ClusterEvent(kind, name, uid, reason, message, NOW - timedelta(seconds=age))
+
+
+def test_failed_create_on_the_job_ends_it_while_pods_are_missing() -> None:
+    found = start_failure(job(), [], [event("Job", "FailedCreate", FORBIDDEN, 1, name="j")], NOW, GRACE)
+    assert found == f"Job j FailedCreate: {FORBIDDEN}"
+
+
+def test_a_failed_create_since_overcome_is_ignored_once_every_pod_exists() -> None:
+    events = [event("Job", "FailedCreate", FORBIDDEN, 30, name="j")]
+    assert start_failure(job(active=2), [], events, NOW, GRACE) is None
+
+
+def test_a_failed_create_of_another_job_with_the_same_name_is_ignored() -> None:
+    other = ClusterEvent("Job", "j", "uid-old", "FailedCreate", FORBIDDEN, NOW)
+    assert start_failure(job(), [], [other], NOW, GRACE) is None
+
+
+@pytest.mark.parametrize(
+    ("message", "age", "ends"),
+    [
+        ("rpc error: code = PermissionDenied desc = failed to get GCS bucket", 0, True),
+        ("rpc error: code = FailedPrecondition desc = failed to find the sidecar container", 0, True),
+        ("rpc error: code = Internal desc = transient", 10, False),
+        ("rpc error: code = Internal desc = transient", 301, True),
+    ],
+    ids=["permission-denied-at-once", "no-sidecar-at-once", "internal-within-grace", "internal-past-grace"],
+)
+def test_failed_mount(message: str, age: float, ends: bool) -> None:
+    found = start_failure(job(active=1), [pod()], [event("Pod", "FailedMount", message, age)], NOW, GRACE)
+    assert (found == f"Pod j-0-abc FailedMount: {message}") is ends
+    assert (found is None) is not ends
+
+
+@pytest.mark.parametrize("reason", ["InvalidImageName", "CreateContainerConfigError"])
+def test_a_spec_no_retry_can_cure_ends_at_once(reason: str) -> None:
+    found = start_failure(job(active=1), [pod(reason, "bad spec")], [], NOW, GRACE)
+    assert found == f"Pod j-0-abc {reason}: bad spec"
+
+
+def test_pull_failures_are_waited_out_for_the_grace_then_quote_the_kubelet() -> None:
+    failed = 'Failed to pull image "trainer:missing": not found'
+    early = [event("Pod", "Failed", failed, 20), event("Pod", "Failed", "Error: ErrImagePull", 20)]
+    assert start_failure(job(active=1), [pod("ImagePullBackOff")], early, NOW, GRACE) is None
+    late = [event("Pod", "Failed", failed, 61), event("Pod", "Failed", "Error: ErrImagePull", 5)]
+    found = start_failure(job(active=1), [pod("ImagePullBackOff")], late, NOW, GRACE)
+    assert found == f"Pod j-0-abc ImagePullBackOff: {failed}"
+
+
+def test_pull_failures_without_events_count_from_the_pod_start() -> None:
+    started = NOW - timedelta(seconds=90)
+    found = start_failure(job(active=1), [pod("ErrImagePull", "not found", started)], [], NOW, GRACE)
+    assert found == "Pod j-0-abc ErrImagePull: not found"
+
+
+def test_running_pods_and_other_pods_events_do_not_end_the_task() -> None:
+    running = PodState("j-1-def", "Running")
+    events = [event("Pod", "FailedMount", "code = PermissionDenied", 0, name="someone-else")]
+    assert start_failure(job(active=2), [pod(), running], events, NOW, GRACE) is None
