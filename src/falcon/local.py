@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import httpx
+import psutil
 from prefect import Flow
 from prefect.deployments.runner import RunnerDeployment
 
@@ -31,7 +32,7 @@ from falcon.adapters.db.session import session_scope
 from falcon.domain.model import Cluster, ClusterStatus
 from falcon.domain.status import TERMINAL, Status
 from falcon.services.context import utc_now
-from falcon.settings import get_settings
+from falcon.settings import Settings, get_settings
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 DISPATCHER_INTERVAL = timedelta(seconds=600)
@@ -45,36 +46,34 @@ def free_port() -> int:
 
 @contextmanager
 def prefect_server(home: Path) -> Iterator[str]:
-    """A local ``prefect server`` with leases on disk (so a restart does not leak queue slots)."""
+    """The Prefect API to use: ``PREFECT_API_URL`` when set, else a local ``prefect server`` with
+    leases on disk (so a restart does not leak queue slots), stopped with its whole process tree."""
     if os.environ.get("PREFECT_API_URL"):
         yield os.environ["PREFECT_API_URL"]
         return
     port = free_port()
     env = {
         **os.environ,
-        "PREFECT_HOME": str(home.resolve()),
+        "PREFECT_HOME": str(home),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
         "PREFECT_SERVER_API_PORT": str(port),
     }
     home.mkdir(parents=True, exist_ok=True)
-    log = (home / "server.log").open("ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}/api"
-    try:
-        _wait_healthy(url, proc)
-        os.environ["PREFECT_API_URL"] = url
-        yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(30)
-        log.close()
+    with (home / "server.log").open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "prefect", "server", "start", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            url = f"http://127.0.0.1:{port}/api"
+            _wait_healthy(url, proc)
+            yield url
+        finally:
+            stop_tree(proc)
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[bytes], seconds: float = 120) -> None:
@@ -93,12 +92,11 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], seconds: float = 120)
 
 @contextmanager
 def emulator(config: Path | None, port: int, data_dir: Path) -> Iterator[str]:
+    """The emulator on ``port`` in this process (0 = any free port); yields its URL."""
     from falcon_emulator.config import EmulatorConfig
     from falcon_emulator.server import EmulatorServer
 
     with EmulatorServer(EmulatorConfig.load(config), data_dir, port=port) as server:
-        os.environ["FALCON_EMULATOR_URL"] = server.url
-        get_settings.cache_clear()
         yield server.url
 
 
@@ -150,23 +148,112 @@ def _start_dispatcher_now() -> None:
             time.sleep(1)
 
 
-def run_local(with_emulator: bool, emulator_config: Path | None, emulator_port: int) -> None:
-    settings = get_settings()
-    os.environ.setdefault("PREFECT_RUNNER_POLL_FREQUENCY", "1")  # a lifecycle run starts within ~2 s
-    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "falcon")  # Falcon's own logs reach the UI
+def run_local(with_emulator: bool, emulator_config: Path | None, emulator_port: int) -> int:
+    """``falcon local``: the stack in the foreground until Ctrl-C or SIGTERM; 1 if it died."""
+    settings = pin_settings()
     upgrade(settings.resolved_database_url)
-    with ExitStack() as stack:
+    with stop_on_signals(), ExitStack() as stack:
         url = stack.enter_context(prefect_server(settings.home / "prefect"))
         print(f"Prefect UI: {url.removesuffix('/api')}", flush=True)
+        emulator_url = settings.emulator_url
         if with_emulator:
-            emu = stack.enter_context(emulator(emulator_config, emulator_port, settings.home / "emulator"))
-            print(f"emulator: {emu}", flush=True)
-        serve_deployments()
+            emulator_url = stack.enter_context(
+                emulator(emulator_config, emulator_port, settings.home / "emulator")
+            )
+            print(f"emulator: {emulator_url}", flush=True)
+        runner = stack.enter_context(served_stack(settings.home, url, emulator_url))
+        print("serving Falcon's deployments; Ctrl-C stops everything", flush=True)
+        return 0 if runner.wait() == 0 else 1
+    return 0  # stopped by a signal: everything above has been shut down
 
 
+def pin_settings() -> Settings:
+    """Make FALCON_HOME and the database URL absolute in this process's environment, so that the
+    runner and its flow runs (started elsewhere, in the project folder) use the same files."""
+    home = Path(os.environ.get("FALCON_HOME", ".falcon")).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["FALCON_HOME"] = str(home)
+    get_settings.cache_clear()
+    os.environ["FALCON_DATABASE_URL"] = get_settings().resolved_database_url
+    get_settings.cache_clear()
+    return get_settings()
+
+
+class Stopped(BaseException):
+    """SIGTERM (or SIGHUP) asked this process to stop; unwinds like Ctrl-C's KeyboardInterrupt."""
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Turn SIGTERM/SIGHUP into an exception so every ``finally`` runs, and ignore further
+    signals while the stack shuts down (a second Ctrl-C must not cut the cleanup short)."""
+
+    def stop(signum: int, frame: object) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        raise Stopped(signal.Signals(signum).name) if signum != signal.SIGINT else KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    except (KeyboardInterrupt, Stopped):
+        print("stopped", flush=True)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def stop_tree(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    """Stop a process and everything it started, including children in sessions of their own
+    (Prefect starts each flow run in a new session): SIGTERM, then SIGKILL after ``grace``."""
+    try:
+        family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        family = []
+    for member in family:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.terminate()
+    _, alive = psutil.wait_procs(family, timeout=grace)
+    for member in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.kill()
+    psutil.wait_procs(alive, timeout=5)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(5)
+
+
+@contextmanager
+def served_stack(home: Path, api_url: str, emulator_url: str | None) -> Iterator[subprocess.Popen[bytes]]:
+    """Falcon's deployments served by a child process. Prefect reads its settings when imported,
+    so the child gets PREFECT_API_URL in its environment from the start (and may never fall back
+    to a temporary server of its own); its output goes to ``<home>/local.log``."""
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": api_url,
+        "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE": "false",
+        "PREFECT_RUNNER_POLL_FREQUENCY": os.environ.get("PREFECT_RUNNER_POLL_FREQUENCY", "1"),
+        "PREFECT_LOGGING_EXTRA_LOGGERS": "falcon",  # Falcon's own logs reach the run logs in the UI
+    }
+    if emulator_url:
+        env["FALCON_EMULATOR_URL"] = emulator_url
+    with (home / "local.log").open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "falcon.cli", "serve-deployments"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a terminal's Ctrl-C reaches this process only; it stops the child
+        )
+        try:
+            yield proc
+        finally:
+            stop_tree(proc, grace=5.0)
+
+
+# The clusters of the emulator's built-in config: regional, pools placed in a zone offering v6e.
 DEMO_CLUSTERS = [
     ("edge-a", "tpu-project-a", "us-east5", "res-v6e", "us-east5-b", "falcon-demo-logs-a"),
-    ("edge-b", "tpu-project-b", "us-central1", None, None, "falcon-demo-logs-b"),
+    ("edge-b", "tpu-project-b", "us-central1", None, "us-central1-b", "falcon-demo-logs-b"),
 ]
 DEMO_TASKS = [
     ("alice", "profiling-v6e", "2x4"),
@@ -179,84 +266,50 @@ DEMO_TASKS = [
 
 
 def run_demo(keep_running: bool, count: int) -> int:
-    home = Path(os.environ.get("FALCON_HOME", ".falcon")) / "demo"
+    """``falcon demo``: the stack on the embedded defaults, sample tasks, their outcome."""
+    home = Path(os.environ.get("FALCON_HOME", ".falcon")).resolve() / "demo"
     shutil.rmtree(home, ignore_errors=True)
     os.environ["FALCON_HOME"] = str(home)
     os.environ.pop("FALCON_DATABASE_URL", None)
-    get_settings.cache_clear()
-    settings = get_settings()
+    settings = pin_settings()
     started = time.monotonic()
     upgrade(settings.resolved_database_url)
-    with ExitStack() as stack:
+    ok = False
+    with stop_on_signals(), ExitStack() as stack:
         url = stack.enter_context(prefect_server(home / "prefect"))
-        emu = stack.enter_context(emulator(None, free_port(), home / "emulator"))
+        emu = stack.enter_context(emulator(None, 0, home / "emulator"))
         register_demo_clusters()
-        runner = stack.enter_context(served_stack(home))
+        runner = stack.enter_context(served_stack(home, url, emu))
         ids = _submit_demo_tasks(count)
         print(f"Prefect UI: {url.removesuffix('/api')}   emulator: {emu}", flush=True)
         print(f"watch progress: FALCON_HOME={home} falcon task list", flush=True)
         ok = _wait_for(ids, runner, timeout=600)
-        print(
-            f"all tasks finished in {time.monotonic() - started:.1f}s; logs under {home / 'emulator' / 'gcs'}"
-        )
+        print(f"all tasks finished in {time.monotonic() - started:.1f}s", flush=True)
         _print_node_pools(emu)
         if keep_running:
             print("stack stays up; Ctrl-C to stop", flush=True)
-            _sleep_until_interrupted()
+            runner.wait()
     return 0 if ok else 1
 
 
 def register_demo_clusters() -> None:
-    """The two clusters of the emulator's built-in config, both offering v6e."""
+    """The two clusters of the emulator's built-in config."""
     with session_scope(get_settings().resolved_database_url) as session:
         for i, (name, project, location, reservation, zone, bucket) in enumerate(DEMO_CLUSTERS):
             if repo.find_cluster(session, name, project, location) is None:
                 cluster = Cluster(
-                    f"00000000-0000-0000-0000-00000000000{i + 1}",
-                    name,
-                    project,
-                    location,
-                    "v6e",
-                    bucket,
-                    reservation,
-                    ClusterStatus.ACTIVE,
-                    "falcon-jobs",
-                    zone,
+                    id=f"00000000-0000-0000-0000-00000000000{i + 1}",
+                    name=name,
+                    project=project,
+                    location=location,
+                    tpu_type="v6e",
+                    gcs_bucket=bucket,
+                    default_reservation=reservation,
+                    status=ClusterStatus.ACTIVE,
+                    namespace="falcon-jobs",
+                    zone=zone,
                 )
                 repo.add_cluster(session, cluster, utc_now())
-
-
-@contextmanager
-def served_stack(home: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """`falcon local` in its own process group, with this process's environment; on exit SIGINT,
-    then SIGKILL the whole group (flow-run subprocesses may outlive the runner)."""
-    log = (home / "local.log").open("ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "falcon.cli", "local"],
-        env={**os.environ},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        cwd=PROJECT_DIR,
-    )
-    try:
-        yield proc
-    finally:
-        _stop_group(proc)
-        log.close()
-
-
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        pass
-    except ProcessLookupError:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(10)
 
 
 def _submit_demo_tasks(count: int) -> list[str]:
@@ -313,11 +366,3 @@ def _print_node_pools(emulator_url: str) -> None:
             f"  {cluster['name']}: node pools created {counters['nodePoolsCreated']}, "
             f"deleted {counters['nodePoolsDeleted']}, remaining {left or 'none'}"
         )
-
-
-def _sleep_until_interrupted() -> None:
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass

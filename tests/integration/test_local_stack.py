@@ -1,31 +1,241 @@
-"""`falcon demo`, the README's first command, as a user runs it: a real `prefect server`, the
-deployments served by `falcon local` (run_deployment, one process per flow run), the emulator,
-and sample rows inserted into the job table that must all reach Succeeded."""
+"""The README's commands as a new user types them: the installed `falcon` entry point, run as
+subprocesses from an empty folder with no PREFECT_* or FALCON_* variables, with rows written by
+another process with plain SQL (the upstream's way), and the stack stopped by a signal with
+nothing of it left running.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import sqlite3
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from tests.integration.harness import ROOT
+import httpx
+import psutil
+import pytest
+
+FALCON = str(Path(sys.executable).with_name("falcon"))
+SPEC = {
+    "image": "busybox",
+    "command": ["echo", "hi"],
+    "env": {"EMULATOR_RUN_SECONDS": "1"},
+    "topology": "2x2",
+}
 
 
-def test_the_demo_runs_sample_tasks_to_succeeded_through_served_deployments(tmp_path: Path) -> None:
+def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "FALCON_"))}
-    env["FALCON_HOME"] = str(tmp_path / "home")
+    return {**env, **extra}
+
+
+def falcon(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "falcon.cli", "demo", "--tasks", "3"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        [FALCON, *args], cwd=cwd, env=env or clean_env(), capture_output=True, text=True, timeout=120
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    final = done.stdout.split("all tasks finished")[0].strip().split("\n\n")[-1]
-    assert final.count("Succeeded") == 3, final
-    assert "node pools created" in done.stdout and "remaining none" in done.stdout  # all pools deleted
-    logs = list((tmp_path / "home" / "demo" / "emulator" / "gcs").rglob("*.log"))
-    assert len(logs) >= 3  # every task's pods wrote their log to the emulated bucket
+    assert done.returncode == 0, f"falcon {' '.join(args)}: {done.stdout}{done.stderr}"
+    return done.stdout
+
+
+def upstream_insert(db: Path, task_id: str, spec: str) -> None:
+    """What the upstream component does: its own connection, one INSERT, status Pending."""
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO job (id, actor, name, tpu_type, spec, timeout_seconds, status, created_at,"
+            " updated_at) VALUES (?, 'bob', ?, 'v6e', ?, 600, 'Pending', ?, ?)",
+            (task_id, f"name-{task_id}", spec, _now(), _now()),
+        )
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S.000000", time.gmtime())
+
+
+def statuses(db: Path) -> dict[str, tuple[str, str | None]]:
+    with sqlite3.connect(db) as conn:
+        return {row[0]: (row[1], row[2]) for row in conn.execute("SELECT id, status, reason FROM job")}
+
+
+def wait_for(db: Path, wanted: dict[str, str], proc: subprocess.Popen[str], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the stack exited with {proc.returncode}"
+        seen = statuses(db)
+        if all(seen.get(task, ("",))[0] == status for task, status in wanted.items()):
+            return
+        time.sleep(1)
+    raise AssertionError(f"not reached in {seconds}s: {statuses(db)}")
+
+
+def stack_processes(home: Path) -> list[psutil.Process]:
+    """Every process that belongs to the stack of this FALCON_HOME (all inherit it)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("FALCON_HOME") == str(home):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+@contextmanager
+def started(cwd: Path, *args: str, env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    """A long-running `falcon` command in a session of its own, as a terminal would run it."""
+    log = (cwd / "stack.out").open("w")
+    proc = subprocess.Popen(
+        [FALCON, *args],
+        cwd=cwd,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+def stop_and_check_nothing_left(proc: subprocess.Popen[str], home: Path, sig: signal.Signals) -> float:
+    """Send ``sig`` to the command's process group (what Ctrl-C or a service manager does); it
+    must exit within seconds, and no process of its stack may outlive it."""
+    assert stack_processes(home), "the stack should be running before it is stopped"
+    started_at = time.monotonic()
+    os.killpg(proc.pid, sig)
+    proc.wait(timeout=30)
+    took = time.monotonic() - started_at
+    time.sleep(0.5)
+    left = [(p.pid, " ".join(p.cmdline())[:120]) for p in stack_processes(home) if p.is_running()]
+    assert left == [], left
+    return took
+
+
+def test_falcon_local_with_the_emulator_runs_tasks_from_the_cli_and_from_plain_sql(tmp_path: Path) -> None:
+    home = (tmp_path / ".falcon").resolve()
+    falcon(tmp_path, "db", "upgrade")
+    falcon(
+        tmp_path,
+        *("cluster", "add", "edge-a", "--project", "tpu-project-a", "--location", "us-east5"),
+        *("--tpu-type", "v6e", "--gcs-bucket", "falcon-demo-logs-a", "--reservation", "res-v6e"),
+        *("--zone", "us-east5-b"),
+    )
+    cli_task = falcon(
+        tmp_path,
+        *("task", "submit", "--actor", "alice", "--name", "t1", "--tpu-type", "v6e", "--topology", "2x2"),
+        *("--image", "busybox", "--env", "EMULATOR_RUN_SECONDS=2", "--", "echo", "hi"),
+    ).strip()
+    db = home / "falcon.db"
+    with started(tmp_path, "local", "--emulator", "--emulator-port", "0", env=clean_env()) as proc:
+        upstream_insert(db, "sql-1", json.dumps(SPEC))
+        upstream_insert(db, "sql-broken", '{"image": "busybox", "command": [')
+        wait_for(db, {cli_task: "Succeeded", "sql-1": "Succeeded", "sql-broken": "Failed"}, proc, 240)
+        assert statuses(db)["sql-broken"] == ("Failed", "InvalidSpec")
+        took = stop_and_check_nothing_left(proc, home, signal.SIGINT)
+    assert proc.returncode == 0
+    assert took < 20, f"Ctrl-C took {took:.1f}s"
+
+
+@contextmanager
+def serving(command: list[str], health: str, env: dict[str, str], cwd: Path) -> Iterator[None]:
+    """A server the user started on their own, killed at the end of the test."""
+    proc = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        _wait_http(health, 120)
+        yield
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+@pytest.fixture
+def prefect_server(tmp_path: Path) -> Iterator[str]:
+    """A Prefect server the user already runs (PREFECT_API_URL points at it)."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    command = [sys.executable, "-m", "prefect", "server", "start", "--port", str(port)]
+    env = clean_env(PREFECT_HOME=str(tmp_path / "prefect-home"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    with serving(command, f"{url}/health", env, tmp_path):
+        yield url
+
+
+@pytest.fixture
+def emulator_served(tmp_path: Path) -> Iterator[str]:
+    """`falcon emulator serve`, started separately as the README shows."""
+    port = _free_port()
+    command = [FALCON, "emulator", "serve", "--port", str(port), "--data-dir", str(tmp_path / "emu")]
+    with serving(command, f"http://127.0.0.1:{port}/healthz", clean_env(), tmp_path):
+        yield f"http://127.0.0.1:{port}"
+
+
+def test_falcon_local_uses_a_given_prefect_server_and_a_separate_emulator(
+    tmp_path: Path, prefect_server: str, emulator_served: str
+) -> None:
+    home = (tmp_path / "state").resolve()
+    env = clean_env(PREFECT_API_URL=prefect_server, FALCON_EMULATOR_URL=emulator_served, FALCON_HOME="state")
+    falcon(tmp_path, "db", "upgrade", env=env)
+    falcon(
+        tmp_path,
+        *("cluster", "add", "edge-b", "--project", "tpu-project-b", "--location", "us-central1"),
+        *("--tpu-type", "v6e", "--gcs-bucket", "falcon-demo-logs-b", "--zone", "us-central1-b"),
+        env=env,
+    )
+    with started(tmp_path, "local", env=env) as proc:
+        upstream_insert(home / "falcon.db", "sql-1", json.dumps(SPEC))
+        wait_for(home / "falcon.db", {"sql-1": "Succeeded"}, proc, 240)
+        stop_and_check_nothing_left(proc, home, signal.SIGTERM)
+    assert httpx.get(f"{prefect_server}/health", timeout=5).status_code == 200  # not ours to stop
+    assert httpx.get(f"{emulator_served}/healthz", timeout=5).status_code == 200
+
+
+def test_the_demo_runs_sample_tasks_to_succeeded_and_sigterm_stops_all_of_it(tmp_path: Path) -> None:
+    home = (tmp_path / "home").resolve()
+    env = clean_env(FALCON_HOME=str(home))
+    with started(tmp_path, "demo", "--tasks", "3", "--keep-running", env=env) as proc:
+        out = tmp_path / "stack.out"
+        deadline = time.monotonic() + 400
+        while "stack stays up" not in out.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, out.read_text()[-3000:]
+            time.sleep(1)
+        text = out.read_text()
+        final = text.split("all tasks finished")[0].strip().split("\n\n")[-1]
+        assert final.count("Succeeded") == 3, final
+        assert "node pools created" in text and "remaining none" in text  # all pools deleted
+        stop_and_check_nothing_left(proc, home / "demo", signal.SIGTERM)
+    assert proc.returncode == 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_http(url: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"{url} did not come up in {seconds}s")
