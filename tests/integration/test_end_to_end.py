@@ -65,13 +65,17 @@ def test_a_kept_pool_is_reused_by_the_next_task_of_the_same_queue(
     services: Services, db_url: str, emulator: EmulatorServer
 ) -> None:
     """t-stuck holds the queue slot (its image never pulls) while t-first finishes, so t-next
-    is still waiting then: t-first's pool is kept and handed to t-next with no second create."""
+    is still waiting then: t-first's pool is kept and handed to t-next with no second create.
+    t-first runs long enough (8 s) for t-next to be waiting before it ends even on a loaded
+    machine, and t-stuck times out (12 s after its dispatch) only after t-first has ended."""
     driver = Driver(services)
-    submit(db_url, "t-first", "alice", "2x2", run_seconds=2.0)
+    submit(db_url, "t-first", "alice", "2x2", run_seconds=8.0)
     driver.run_until(lambda t: t["t-first"].status is Status.RUNNING)
-    submit(db_url, "t-stuck", "carol", "2x2", image="trainer:missing", timeout=4)
+    submit(db_url, "t-stuck", "carol", "2x2", image="trainer:missing", timeout=12)
     driver.run_until(lambda t: t["t-stuck"].reason is Reason.DISPATCHING)
     submit(db_url, "t-next", "bob", "2x2")
+    driver.run_until(lambda t: t["t-next"].reason is Reason.WAITING)
+    assert driver.history["t-first"][-1] == ("Running", ""), "precondition: t-first still runs"
     driver.run_until_done(["t-first", "t-stuck", "t-next"])
 
     with services.db() as s:
