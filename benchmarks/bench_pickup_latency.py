@@ -45,6 +45,7 @@ from types import FrameType
 import sqlalchemy as sa
 from mysql_server import mariadb
 
+from falcon.adapters.clock import utc_now
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.migrate import upgrade
 from falcon.adapters.db.orm import JobRow
@@ -53,7 +54,6 @@ from falcon.domain.model import QueueKey
 from falcon.domain.scheduling import WaitingTask, waiting_messages
 from falcon.domain.status import Reason, Status
 from falcon.local import emulator, free_port, prefect_server, register_demo_clusters, served_stack
-from falcon.services.context import utc_now
 from falcon.settings import get_settings
 
 TOPOLOGIES = ["2x2", "2x4"]

@@ -64,6 +64,7 @@ import httpx  # noqa: E402
 from sqlalchemy.exc import SQLAlchemyError  # noqa: E402
 from workload import TPU_TYPE, SyntheticTask, WorkloadParams, generate, summary  # noqa: E402
 
+from falcon.adapters.clock import utc_now  # noqa: E402
 from falcon.adapters.compute import Reservations  # noqa: E402
 from falcon.adapters.db import repository as repo  # noqa: E402
 from falcon.adapters.db.migrate import upgrade  # noqa: E402
@@ -75,7 +76,7 @@ from falcon.domain.scheduling import ReservationCapacity  # noqa: E402
 from falcon.domain.status import TERMINAL, Status  # noqa: E402
 from falcon.domain.topology import resolve_shape  # noqa: E402
 from falcon.services import release  # noqa: E402
-from falcon.services.context import Services, utc_now  # noqa: E402
+from falcon.services.context import Services  # noqa: E402
 from falcon.services.dispatching import Dispatcher  # noqa: E402
 from falcon.settings import get_settings  # noqa: E402
 from falcon_emulator.config import EmulatorConfig  # noqa: E402

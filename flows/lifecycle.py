@@ -11,7 +11,8 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from falcon.adapters import slots
-from falcon.services.context import TaskEnded, utc_now
+from falcon.adapters.clock import utc_now
+from falcon.services.context import TaskEnded
 from falcon.services.lease import held_lease
 from falcon.settings import get_settings
 from falcon.tasks import (

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import json
 import uuid
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from falcon.adapters.db import repository as repo
-from falcon.adapters.db.migrate import upgrade
-from falcon.adapters.db.session import session_scope
+from falcon.adapters.clock import utc_now
 from falcon.domain.model import Cluster, ClusterStatus, is_zone, region_of
 from falcon.domain.node_pools import ReservationRef
-from falcon.services.context import utc_now
 from falcon.settings import get_settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 app = typer.Typer(no_args_is_help=True, help=__doc__)
 db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
@@ -28,14 +29,20 @@ app.add_typer(task_app, name="task")
 app.add_typer(emulator_app, name="emulator")
 
 
-def _url() -> str:
-    return get_settings().resolved_database_url
+def _db() -> AbstractContextManager[Session]:
+    """One unit of work on the configured database. The database layer is imported by the
+    commands that use it, so that ``falcon --help`` and the emulator start fast."""
+    from falcon.adapters.db.session import session_scope
+
+    return session_scope(get_settings().resolved_database_url)
 
 
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Migrate the database named by FALCON_DATABASE_URL to the latest schema."""
-    upgrade(_url())
+    from falcon.adapters.db.migrate import upgrade
+
+    upgrade(get_settings().resolved_database_url)
     typer.echo("database is up to date")
 
 
@@ -61,13 +68,15 @@ def cluster_add(
     status: Annotated[ClusterStatus, typer.Option()] = ClusterStatus.ACTIVE,
 ) -> None:
     """Register an edge cluster (idempotent on project/location/name)."""
+    from falcon.adapters.db import repository as repo
+
     zone = _node_zone(location, zone)
     if reservation is not None:
         try:
             ReservationRef.parse(reservation, project)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--reservation") from exc
-    with session_scope(_url()) as session:
+    with _db() as session:
         if repo.find_cluster(session, name, project, location):
             typer.echo(f"cluster {project}/{location}/{name} is already registered")
             return
@@ -101,7 +110,9 @@ def _node_zone(location: str, zone: str | None) -> str:
 
 @cluster_app.command("list")
 def cluster_list() -> None:
-    with session_scope(_url()) as session:
+    from falcon.adapters.db import repository as repo
+
+    with _db() as session:
         for c in repo.list_clusters(session):
             typer.echo(
                 f"{c.id}  {c.project}/{c.location}/{c.name}  {c.tpu_type}  {c.status.value}  "
@@ -123,10 +134,12 @@ def task_submit(
     task_id: Annotated[str | None, typer.Option("--id")] = None,
 ) -> None:
     """Insert a Pending row, as the upstream component does."""
+    from falcon.adapters.db import repository as repo
+
     pairs = dict(item.split("=", 1) for item in env or [])
     spec = {"image": image, "command": command, "args": [], "env": pairs, "topology": topology}
     new_id = task_id or f"task-{uuid.uuid4().hex[:12]}"
-    with session_scope(_url()) as session:
+    with _db() as session:
         repo.insert_task(
             session,
             task_id=new_id,
@@ -142,7 +155,9 @@ def task_submit(
 
 @task_app.command("list")
 def task_list(limit: int = 50) -> None:
-    with session_scope(_url()) as session:
+    from falcon.adapters.db import repository as repo
+
+    with _db() as session:
         tasks = repo.list_tasks(session, limit)
     for t in tasks:
         reason = t.reason or ""
@@ -153,7 +168,9 @@ def task_list(limit: int = 50) -> None:
 
 @task_app.command("show")
 def task_show(task_id: str) -> None:
-    with session_scope(_url()) as session:
+    from falcon.adapters.db import repository as repo
+
+    with _db() as session:
         task = repo.get_task(session, task_id)
         progress = repo.get_progress(session, task_id)
     if task is None:
@@ -167,8 +184,10 @@ def task_show(task_id: str) -> None:
 @task_app.command("abort")
 def task_abort(task_id: str) -> None:
     """Request an abort, as upstream does: status Aborting with aborting_at."""
+    from falcon.adapters.db import repository as repo
+
     now = utc_now()
-    with session_scope(_url()) as session:
+    with _db() as session:
         moved = repo.request_abort(session, task_id, now)
     typer.echo("abort requested" if moved else f"task {task_id} is not active")
 

@@ -26,12 +26,12 @@ import psutil
 from prefect import Flow
 from prefect.deployments.runner import RunnerDeployment
 
+from falcon.adapters.clock import utc_now
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.migrate import upgrade
 from falcon.adapters.db.session import session_scope
 from falcon.domain.model import Cluster, ClusterStatus
 from falcon.domain.status import TERMINAL, Status
-from falcon.services.context import utc_now
 from falcon.settings import Settings, get_settings
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]

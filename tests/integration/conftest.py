@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
+from falcon.adapters.clock import utc_now
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import session_scope
 from falcon.bootstrap import Gateways
 from falcon.domain.model import Cluster
-from falcon.services.context import Services, utc_now
+from falcon.services.context import Services
 from falcon.settings import get_settings
 from falcon_emulator.config import EmulatorConfig
 from falcon_emulator.server import EmulatorServer

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import httpx
 
+from falcon.adapters.clock import utc_now
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import session_scope
 from falcon.adapters.runs import InProcessLauncher
 from falcon.domain.model import Cluster, ClusterStatus, Task
 from falcon.domain.status import TERMINAL
-from falcon.services.context import Services, utc_now
+from falcon.services.context import Services
 from falcon.services.dispatching import Dispatcher
 from falcon_emulator.server import EmulatorServer
 

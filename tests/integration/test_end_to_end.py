@@ -16,13 +16,14 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import container_v1
 
+from falcon.adapters.clock import utc_now
 from falcon.adapters.credentials import gke_client, resource_policies_client
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import session_scope
 from falcon.adapters.gke import cluster_path
 from falcon.domain.model import Cluster, ClusterStatus
 from falcon.domain.status import Reason, Status
-from falcon.services.context import Services, utc_now
+from falcon.services.context import Services
 from falcon.settings import Settings
 from falcon_emulator.server import EmulatorServer
 from tests.integration.harness import (

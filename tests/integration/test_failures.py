@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from falcon.adapters.clock import utc_now
 from falcon.adapters.db import repository as repo
 from falcon.domain.errors import TemporaryError
 from falcon.domain.model import ProvisioningMode, TaskSpec
@@ -12,7 +13,7 @@ from falcon.domain.node_pools import NodePoolPlan
 from falcon.domain.status import Reason, Status
 from falcon.domain.topology import resolve_shape
 from falcon.services import acquisition
-from falcon.services.context import Services, TaskEnded, TaskView, utc_now
+from falcon.services.context import Services, TaskEnded, TaskView
 from falcon_emulator.server import EmulatorServer
 from tests.integration.harness import (
     CLUSTER,

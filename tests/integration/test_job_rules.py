@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
+from falcon.adapters.clock import utc_now
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import session_scope
 from falcon.adapters.runs import InProcessLauncher
@@ -32,7 +33,7 @@ from falcon.domain.model import Task, k8s_job_name_for
 from falcon.domain.status import TERMINAL, Reason, Status
 from falcon.domain.topology import resolve_shape
 from falcon.services.acquisition import dispatch, mark_running, provision, wait_pool_ready
-from falcon.services.context import Services, load_task, utc_now
+from falcon.services.context import Services, load_task
 from falcon.services.dispatching import Dispatcher
 from falcon.services.reconcile import delete_orphan_services
 from falcon.settings import get_settings
