@@ -53,7 +53,7 @@ from falcon.adapters.db.session import session_scope
 from falcon.domain.model import QueueKey
 from falcon.domain.scheduling import WaitingTask, waiting_messages
 from falcon.domain.status import Reason, Status
-from falcon.local import emulator, free_port, prefect_server, register_demo_clusters, served_stack
+from falcon.local import emulator, prefect_server, register_demo_clusters, served_stack
 from falcon.settings import get_settings
 
 TOPOLOGIES = ["2x2", "2x4"]
@@ -265,15 +265,15 @@ def main() -> int:
         url = get_settings().resolved_database_url
         upgrade(url)
         started = time.monotonic()
-        stack.enter_context(prefect_server(home / "prefect"))
-        stack.enter_context(emulator(None, free_port(), home / "emulator"))
+        api_url = stack.enter_context(prefect_server(home / "prefect"))
+        emulator_url = stack.enter_context(emulator(None, 0, home / "emulator"))
         register_demo_clusters()
         print(f"FALCON_HOME={home}  db={args.db}  stack up in {time.monotonic() - started:.1f}s", flush=True)
         poller = Poller(url)
         poller.start()
         stack.callback(poller.stop)
         launched = time.monotonic()
-        runner = stack.enter_context(served_stack(home))
+        runner = stack.enter_context(served_stack(home, api_url, emulator_url))
         warm = f"{PREFIX}warmup"
         insert(url, warm, "warmup", "4x4")
         wait_for(poller, warm, runner, 180)

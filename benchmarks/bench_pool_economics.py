@@ -109,6 +109,10 @@ def emulator_config() -> dict[str, object]:
             "reservations": {
                 f"res-{key}": {"zone": zone, "machineType": "ct6e-standard-4t", "count": RESERVATIONS[key]}
             },
+            # The pods' KSA may write the log bucket (GCS FUSE), as on a set-up cluster.
+            "buckets": {
+                f"bucket-{key}": {"writers": [f"serviceAccount:proj-{key}.svc.id.goog[falcon-jobs/default]"]}
+            },
             "clusters": {
                 f"edge-{key}": {
                     "location": location,
