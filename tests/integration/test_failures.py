@@ -263,6 +263,10 @@ def test_final_gke_refusals_fail_the_task_at_once_with_gkes_text(
 
 
 SLOW_CREATES = {**EMULATOR, "nodePoolProvisionSeconds": 3.0}
+# Another team's 8-node pool on the same reservation: it takes all the room when its create ends.
+OUTSIDER = NodePoolPlan(
+    "other-team-pool", resolve_shape("v6e", "4x8"), ProvisioningMode.RESERVATION, "res-a", CLUSTER.node_zone
+)
 
 
 @pytest.mark.parametrize("emulator_config", [SLOW_CREATES])
@@ -271,14 +275,7 @@ def test_a_stockout_in_the_create_operation_fails_the_task_with_the_operation_er
 ) -> None:
     """Another user's pool takes the whole reservation while Falcon's create waits behind it:
     Falcon read free room, GKE's create operation then ends DONE with GCE_STOCKOUT."""
-    outsider = NodePoolPlan(
-        "other-team-pool",
-        resolve_shape("v6e", "4x8"),
-        ProvisioningMode.RESERVATION,
-        "res-a",
-        CLUSTER.node_zone,
-    )
-    services.gateways.node_pools.create(CLUSTER, outsider)  # 8 nodes, counted when its operation ends
+    services.gateways.node_pools.create(CLUSTER, OUTSIDER)  # 8 nodes, counted when its operation ends
     submit(db_url, "t-short", "alice", "4x4")
     finished(services, "t-short")
     task = task_of(services, "t-short")
@@ -316,14 +313,7 @@ def test_a_resumed_run_finding_its_pool_in_error_reports_gkes_reason(
     """A run that resumes after the create call has no operation name: it finds the pool in ERROR
     and still reports GKE's reason (pool status and the failed create operation's error)."""
     gke = services.gateways.node_pools
-    outsider = NodePoolPlan(
-        "other-team-pool",
-        resolve_shape("v6e", "4x8"),
-        ProvisioningMode.RESERVATION,
-        "res-a",
-        CLUSTER.node_zone,
-    )
-    gke.create(CLUSTER, outsider)  # takes the reservation when it ends; GKE runs ours after it
+    gke.create(CLUSTER, OUTSIDER)  # takes the reservation when it ends; GKE runs ours after it
     submit(db_url, "t-x", "alice", "4x4")
     task = task_of(services, "t-x")
     view = TaskView(task, TaskSpec.parse(task.spec), resolve_shape("v6e", "4x4"), CLUSTER)

@@ -21,6 +21,8 @@ import httpx
 import psutil
 import pytest
 
+from falcon.local import free_port
+
 FALCON = str(Path(sys.executable).with_name("falcon"))
 SPEC = {
     "image": "busybox",
@@ -167,7 +169,7 @@ def serving(command: list[str], health: str, env: dict[str, str], cwd: Path) -> 
 @pytest.fixture
 def prefect_server(tmp_path: Path) -> Iterator[str]:
     """A Prefect server the user already runs (PREFECT_API_URL points at it)."""
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/api"
     command = [sys.executable, "-m", "prefect", "server", "start", "--port", str(port)]
     env = clean_env(PREFECT_HOME=str(tmp_path / "prefect-home"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
@@ -178,7 +180,7 @@ def prefect_server(tmp_path: Path) -> Iterator[str]:
 @pytest.fixture
 def emulator_served(tmp_path: Path) -> Iterator[str]:
     """`falcon emulator serve`, started separately as the README shows."""
-    port = _free_port()
+    port = free_port()
     command = [FALCON, "emulator", "serve", "--port", str(port), "--data-dir", str(tmp_path / "emu")]
     with serving(command, f"http://127.0.0.1:{port}/healthz", clean_env(), tmp_path):
         yield f"http://127.0.0.1:{port}"
@@ -219,14 +221,6 @@ def test_the_demo_runs_sample_tasks_to_succeeded_and_sigterm_stops_all_of_it(tmp
         assert "node pools created" in text and "remaining none" in text  # all pools deleted
         stop_and_check_nothing_left(proc, home / "demo", signal.SIGTERM)
     assert proc.returncode == 0
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_http(url: str, seconds: float) -> None:
