@@ -16,9 +16,10 @@ from falcon.adapters.db import repository as repo
 from falcon.domain.errors import FalconError, NotFoundError, TemporaryError
 from falcon.domain.job_manifest import service_name_for
 from falcon.domain.messages import MessageKey, render
-from falcon.domain.model import Cluster, QueueKey, k8s_job_name_for
+from falcon.domain.model import Cluster, QueueKey, Task, k8s_job_name_for
 from falcon.domain.scheduling import keep_pool_after_task
 from falcon.domain.status import Reason, Status
+from falcon.domain.topology import resolve_shape
 from falcon.services.context import Outcome, Services
 
 
@@ -69,8 +70,7 @@ def release(services: Services, task_id: str) -> Outcome:
     if cluster is not None:
         if task.k8s_job_name:
             delete_job(services, cluster, task.k8s_job_name)
-        if task.k8s_job_name or outcome.reason is Reason.JOB_SUBMIT_FAILED:
-            # By the derived name: dispatch creates the Service before the Job, which may be refused.
+        if _may_have_service(task, outcome):
             delete_service(services, cluster, service_name_for(k8s_job_name_for(task_id)))
         if task.node_pool_name and progress.queue:
             pool_error = keep_or_delete_pool(services, cluster, task.node_pool_name, progress.queue, task_id)
@@ -93,8 +93,15 @@ def delete_job(services: Services, cluster: Cluster, job_name: str) -> None:
         services.gateways.jobs(cluster).delete_job(cluster.namespace, job_name)
 
 
+def _may_have_service(task: Task, outcome: Outcome) -> bool:
+    """Only a multi-host task gets a headless Service, created at dispatch just before its Job
+    (which may then be refused, hence by the derived name): single-host releases skip the call."""
+    dispatched = task.k8s_job_name is not None or outcome.reason is Reason.JOB_SUBMIT_FAILED
+    return dispatched and task.topology is not None and resolve_shape(task.tpu_type, task.topology).multi_host
+
+
 def delete_service(services: Services, cluster: Cluster, name: str) -> None:
-    """The headless Service of a multi-host task; a single-host task has none (404 = done)."""
+    """Delete a task's headless Service; one already gone is done (404)."""
     with contextlib.suppress(NotFoundError):
         services.gateways.jobs(cluster).delete_service(cluster.namespace, name)
 
