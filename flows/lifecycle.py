@@ -1,8 +1,9 @@
 """Per-task flows: ``task_lifecycle`` acquires (holds the queue slot), ``task_release`` finishes.
 
-task_lifecycle: provision node pool → submit Job → wait for all pods Running → Running; the
-queue slot (a Prefect global concurrency limit lease) is released as soon as the pods run or the
-task ends. It never waits for the Job to finish: the dispatcher follows running Jobs.
+task_lifecycle: load the task once → provision node pool → wait until it is ready → submit Job →
+wait for all pods Running → Running; the queue slot (a Prefect global concurrency limit lease)
+is released as soon as the pods run or the task ends. It never waits for the Job to finish: the
+dispatcher follows running Jobs.
 task_release: delete the Job, keep or delete the node pool, write the terminal status.
 """
 
@@ -10,12 +11,11 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
-from falcon.adapters import slots
-from falcon.adapters.clock import utc_now
-from falcon.services.context import TaskEnded
+from falcon.bootstrap import services
+from falcon.domain.lifecycle import TaskEnded
 from falcon.services.lease import held_lease
-from falcon.settings import get_settings
 from falcon.tasks import (
+    load_task,
     mark_running,
     provision_node_pool,
     record_outcome,
@@ -29,17 +29,18 @@ from falcon.tasks import (
 @flow(name="task-lifecycle", flow_run_name="acquire-{task_id}")
 def task_lifecycle(task_id: str, lease_id: str = "") -> str:
     logger = get_run_logger()
-    settings = get_settings()
-    with held_lease(lease_id, settings.slot_lease_seconds, slots.renew, slots.release):
+    svc = services()
+    with held_lease(lease_id, svc.settings.slot_lease_seconds, svc.slots):
         try:
-            started = utc_now().isoformat()
-            pool = provision_node_pool(task_id)
-            logger.info("event=pool_chosen task_id=%s pool=%s", task_id, pool)
-            wait_node_pool_ready(task_id, pool, started)
-            job = submit_job(task_id, pool)
+            started = svc.clock.now().isoformat()
+            view = load_task(task_id)
+            pool = provision_node_pool(view)
+            logger.info("event=pool_chosen task_id=%s pool=%s", task_id, pool.name)
+            wait_node_pool_ready(view, pool, started)
+            job = submit_job(view, pool.name)
             logger.info("event=job_submitted task_id=%s job=%s", task_id, job)
-            running = wait_pods_running(task_id, job)
-            mark_running(task_id, running)
+            running = wait_pods_running(view, job)
+            mark_running(view, running)
             logger.info("event=running task_id=%s pods=%s", task_id, running)
             return "Running"
         except TaskEnded as ended:

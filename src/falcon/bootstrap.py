@@ -1,7 +1,8 @@
-"""The composition root: settings in, adapters out. Built lazily, once per process.
+"""The composition root: settings in, services wired to the real adapters out. Built lazily,
+once per process (and again when the settings change).
 
-Prefect tasks receive ids, not clients (clients are unhashable and break task caching), and
-look the adapters up here.
+Prefect tasks receive ids and plain data, not clients (clients are unhashable and break task
+caching); they look the services up here.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import threading
 from functools import cached_property
 
+from falcon.adapters.clock import SystemClock
 from falcon.adapters.compute import Reservations, WorkloadPolicies
 from falcon.adapters.credentials import (
     gke_client,
@@ -17,13 +19,20 @@ from falcon.adapters.credentials import (
     reservations_client,
     resource_policies_client,
 )
+from falcon.adapters.db.store import SqlTaskStore
 from falcon.adapters.gke import GkeNodePools
 from falcon.adapters.k8s import KubernetesJobs
+from falcon.adapters.runs import DeploymentLauncher
+from falcon.adapters.slots import PrefectSlots
 from falcon.domain.model import Cluster
+from falcon.services.context import Services
+from falcon.services.ports import Launcher
 from falcon.settings import Settings, get_settings
 
 
 class Gateways:
+    """The cloud clients, built on first use: GKE, Compute, and one Kubernetes API per cluster."""
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._jobs: dict[str, KubernetesJobs] = {}
@@ -59,13 +68,29 @@ class Gateways:
             return self._jobs[cluster.id]
 
 
-_gateways: Gateways | None = None
-_gateways_lock = threading.Lock()
+def build_services(settings: Settings, launcher: Launcher | None = None) -> Services:
+    gateways = Gateways(settings)
+    return Services(
+        settings=settings,
+        store=SqlTaskStore(settings.resolved_database_url),
+        node_pools=gateways.node_pools,
+        reservations=gateways.reservations,
+        workload_policies=gateways.workload_policies,
+        jobs=gateways.jobs,
+        slots=PrefectSlots(),
+        launcher=launcher or DeploymentLauncher(),
+        clock=SystemClock(),
+    )
 
 
-def gateways() -> Gateways:
-    global _gateways
-    with _gateways_lock:
-        if _gateways is None or _gateways.settings is not get_settings():
-            _gateways = Gateways(get_settings())
-        return _gateways
+_services: Services | None = None
+_services_lock = threading.Lock()
+
+
+def services() -> Services:
+    """The process's services for the current settings."""
+    global _services
+    with _services_lock:
+        if _services is None or _services.settings is not get_settings():
+            _services = build_services(get_settings())
+        return _services

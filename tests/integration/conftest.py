@@ -11,13 +11,14 @@ import pytest
 from falcon.adapters.clock import utc_now
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import session_scope
-from falcon.bootstrap import Gateways
+from falcon.bootstrap import build_services
 from falcon.domain.model import Cluster
 from falcon.services.context import Services
 from falcon.settings import get_settings
 from falcon_emulator.config import EmulatorConfig
 from falcon_emulator.server import EmulatorServer
-from tests.integration.harness import CLUSTER, EMULATOR
+from tests.integration.harness import CLUSTER, EMULATOR, Driver
+from tests.integration.launcher import InProcessLauncher
 
 
 @pytest.fixture
@@ -55,5 +56,21 @@ def services(
     settings = get_settings()
     with session_scope(db_url) as s:
         repo.add_cluster(s, cluster, utc_now())
-    yield Services(settings, Gateways(settings))
+    launcher = InProcessLauncher()
+    yield build_services(settings, launcher)
+    still_running = launcher.join(30) + [run for d in Driver.open_drivers for run in d.close()]
+    Driver.open_drivers.clear()
+    drop_queue_slots()
     get_settings.cache_clear()  # the next test must not see this test's environment
+    assert not still_running, f"flow runs outlived their test: {still_running}"
+
+
+def drop_queue_slots() -> None:
+    """Delete the queue slots (Prefect concurrency limits) this test created: the next test's
+    queues start free even though tests share cluster ids."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        for limit in client.read_global_concurrency_limits(limit=200, offset=0):
+            if limit.name.startswith("falcon:"):
+                client.delete_global_concurrency_limit_by_name(limit.name)

@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
+from sqlalchemy.orm import Session
 
 from falcon.adapters.clock import utc_now
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import session_scope
-from falcon.adapters.runs import InProcessLauncher
 from falcon.domain.model import Cluster, ClusterStatus, Task
 from falcon.domain.status import TERMINAL
 from falcon.services.context import Services
 from falcon.services.dispatching import Dispatcher
+from falcon.services.ports import Launcher
 from falcon_emulator.server import EmulatorServer
+from tests.integration.launcher import InProcessLauncher
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,20 +87,36 @@ def submit(
         )
 
 
+def db(services: Services) -> AbstractContextManager[Session]:
+    """A transaction on the test's database, for reading what the steps wrote."""
+    return session_scope(services.settings.resolved_database_url)
+
+
 class Driver:
-    """Ticks a real Dispatcher whose lifecycle and release flows run as threads of the test."""
+    """Ticks a real Dispatcher whose lifecycle and release flows run as threads of the test.
 
-    def __init__(self, services: Services) -> None:
-        from flows.lifecycle import task_lifecycle, task_release
+    Every Driver is closed at the test's teardown (the ``services`` fixture does it): its
+    launches are waited for and its flow threads joined, so no run outlives its test."""
 
-        from falcon.adapters import slots
+    open_drivers: ClassVar[list[Driver]] = []
 
-        self.services = services
-        self.dispatcher = Dispatcher(services, slots, InProcessLauncher(task_lifecycle, task_release))
+    def __init__(self, services: Services, launcher: Launcher | None = None) -> None:
+        self.launcher = launcher or InProcessLauncher()
+        self.services = replace(services, launcher=self.launcher)
+        self.dispatcher = Dispatcher(self.services)
         self.history: dict[str, list[tuple[str, str]]] = {}
+        Driver.open_drivers.append(self)
+
+    def close(self, timeout: float = 30) -> list[str]:
+        self.dispatcher.close()
+        join = getattr(self.launcher, "join", None)
+        return join(timeout) if join else []
+
+    def tick(self) -> None:
+        self.dispatcher.tick()
 
     def observe(self) -> dict[str, Task]:
-        with self.services.db() as s:
+        with db(self.services) as s:
             tasks = {t.id: t for t in repo.list_tasks(s, 1000)}
         for task_id, t in tasks.items():
             steps = self.history.setdefault(task_id, [])
@@ -148,6 +169,6 @@ def with_project(name: str, project: dict[str, object]) -> dict[str, object]:
 def request_abort(services: Services, *task_ids: str) -> None:
     """What upstream does: status Aborting with aborting_at."""
     now = utc_now()
-    with services.db() as s:
+    with db(services) as s:
         for task_id in task_ids:
             assert repo.request_abort(s, task_id, now)

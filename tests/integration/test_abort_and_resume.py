@@ -12,26 +12,26 @@ import time
 import httpx
 
 from falcon.adapters.db import repository as repo
-from falcon.adapters.runs import InProcessLauncher
+from falcon.domain.lifecycle import Phase, PoolState
 from falcon.domain.status import Reason, Status
 from falcon.services.acquisition import provision
-from falcon.services.context import Services, load_task
-from falcon.services.dispatching import Dispatcher
+from falcon.services.context import Services, load_view
 from falcon_emulator.server import EmulatorServer
-from tests.integration.harness import CLUSTER, Driver, emulator_counters, request_abort, submit
+from tests.integration.harness import CLUSTER, Driver, db, emulator_counters, request_abort, submit
+from tests.integration.launcher import InProcessLauncher
 
 
 def assert_aborted_and_clean(services: Services, emulator: EmulatorServer, task_id: str) -> None:
-    with services.db() as s:
+    with db(services) as s:
         task = repo.get_task(s, task_id)
         progress = repo.get_progress(s, task_id)
         pool = repo.get_pool(s, CLUSTER.id, task.node_pool_name) if task and task.node_pool_name else None
     assert task is not None and task.status is Status.ABORTED and task.reason is None
     assert task.aborted_at is not None and task.finished_at is not None
     assert task.message == "Aborted by user"
-    assert progress is not None and progress.phase == repo.Phase.DONE
+    assert progress is not None and progress.phase == Phase.DONE
     if pool is not None:
-        assert pool.state == repo.PoolState.DELETED
+        assert pool.state == PoolState.DELETED
     cluster_api = f"{emulator.url}/k8s/proj-a/us-east5/edge-a"
     for listed in ("apis/batch/v1/namespaces/falcon-jobs/jobs", "api/v1/namespaces/falcon-jobs/services"):
         items = httpx.get(f"{cluster_api}/{listed}").json().get("items", [])
@@ -92,15 +92,16 @@ class DyingFirstAttempt(InProcessLauncher):
     """The first lifecycle attempt of each task provisions its pool, then its process 'dies'."""
 
     def __init__(self, services: Services) -> None:
-        from flows.lifecycle import task_lifecycle, task_release
-
-        super().__init__(task_lifecycle, task_release)
+        super().__init__()
         self.services = services
         self.died: list[str] = []
 
     def start_acquire(self, task_id: str, lease_id: str, attempt: int) -> str:
         if attempt == 1:
-            provision(self.services, load_task(self.services, task_id))  # write-ahead + GKE create
+            view = load_view(self.services, task_id)
+            choice = provision(self.services, view)  # write-ahead
+            assert choice.plan is not None
+            self.services.node_pools.create(view.cluster, choice.plan)  # the create reached GKE
             self.died.append(task_id)
             return f"dead-{task_id}"  # never alive: the dispatcher must notice and restart
         return super().start_acquire(task_id, lease_id, attempt)
@@ -109,15 +110,13 @@ class DyingFirstAttempt(InProcessLauncher):
 def test_a_run_that_dies_mid_provisioning_is_restarted_without_a_second_pool(
     services: Services, db_url: str, emulator: EmulatorServer
 ) -> None:
-    from falcon.adapters import slots
-
     launcher = DyingFirstAttempt(services)
-    dispatcher = Dispatcher(services, slots, launcher)
+    dispatcher = Driver(services, launcher)
     submit(db_url, "t-crash", "alice", "2x4")
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         dispatcher.tick()
-        with services.db() as s:
+        with db(services) as s:
             task = repo.get_task(s, "t-crash")
             progress = repo.get_progress(s, "t-crash")
         if task is not None and task.status is Status.SUCCEEDED:
@@ -137,10 +136,10 @@ def test_running_the_lifecycle_again_after_it_finished_changes_nothing(
     driver = Driver(services)
     submit(db_url, "t-twice", "alice", "2x2", run_seconds=600)
     driver.run_until(lambda t: t["t-twice"].status is Status.RUNNING)
-    with services.db() as s:
+    with db(services) as s:
         before = repo.get_task(s, "t-twice")
     assert task_lifecycle(task_id="t-twice", lease_id="") == "Running"
-    with services.db() as s:
+    with db(services) as s:
         after = repo.get_task(s, "t-twice")
     assert after == before
     assert emulator_counters(emulator)["nodePoolsCreated"] == 1

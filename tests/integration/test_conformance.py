@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from google.api_core import exceptions as gexc
 from google.auth.credentials import AnonymousCredentials
-from google.cloud.container_v1 import NodePool
+from google.cloud.container_v1 import NodePool, Operation
 
 from falcon.adapters.credentials import gke_client
 from falcon.adapters.gke import cluster_path, to_node_pool
@@ -82,12 +82,14 @@ def plan_for(shape: SliceShape, mode: ProvisioningMode) -> NodePoolPlan:
 
 
 def wait_done(gateways: Gateways, operation: str) -> str | None:
-    """Poll the operation to DONE; its error text, or None."""
+    """Poll the operation to DONE with the official client; its error text, or None."""
+    client = gke_client(gateways.settings, AnonymousCredentials())  # type: ignore[no-untyped-call]
+    path = f"projects/{CLUSTER.project}/locations/{CLUSTER.location}/operations/{operation}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        status = gateways.node_pools.operation(CLUSTER, operation)
-        if status.done:
-            return status.error
+        found = client.get_operation(name=path)
+        if found.status == Operation.Status.DONE:
+            return (found.error.message or str(found.error.code)) if found.error.code else None
         time.sleep(0.05)
     raise AssertionError(f"operation {operation} never finished")
 

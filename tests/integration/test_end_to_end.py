@@ -21,6 +21,7 @@ from falcon.adapters.credentials import gke_client, resource_policies_client
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import session_scope
 from falcon.adapters.gke import cluster_path
+from falcon.domain.lifecycle import PoolState
 from falcon.domain.model import Cluster, ClusterStatus
 from falcon.domain.status import Reason, Status
 from falcon.services.context import Services
@@ -29,6 +30,7 @@ from falcon_emulator.server import EmulatorServer
 from tests.integration.harness import (
     CLUSTER,
     Driver,
+    db,
     emulator_counters,
     request_abort,
     run_until_done,
@@ -50,7 +52,7 @@ def test_a_task_goes_from_pending_to_succeeded_through_every_phase(
         ("Running", ""),
         ("Succeeded", ""),
     ]
-    with services.db() as s:
+    with db(services) as s:
         task = repo.get_task(s, "t-happy")
         assert task is not None
         assert (
@@ -59,7 +61,7 @@ def test_a_task_goes_from_pending_to_succeeded_through_every_phase(
             and task.node_pool_name.startswith("falcon-")
         )
         pool = repo.get_pool(s, CLUSTER.id, task.node_pool_name)
-    assert pool is not None and pool.state == repo.PoolState.DELETED
+    assert pool is not None and pool.state == PoolState.DELETED
 
 
 def test_a_kept_pool_is_reused_by_the_next_task_of_the_same_queue(
@@ -79,7 +81,7 @@ def test_a_kept_pool_is_reused_by_the_next_task_of_the_same_queue(
     assert driver.history["t-first"][-1] == ("Running", ""), "precondition: t-first still runs"
     driver.run_until_done(["t-first", "t-stuck", "t-next"])
 
-    with services.db() as s:
+    with db(services) as s:
         first, stuck, nxt = (repo.get_task(s, i) for i in ("t-first", "t-stuck", "t-next"))
     assert first is not None and stuck is not None and nxt is not None
     assert first.status is Status.SUCCEEDED and nxt.status is Status.SUCCEEDED
@@ -113,7 +115,7 @@ def test_a_bad_row_fails_alone_and_the_others_still_run(services: Services, db_u
         )
     submit(db_url, "t-good", "alice", "2x2")
     run_until_done(services, ["t-bad", "t-nocluster", "t-good"])
-    with services.db() as s:
+    with db(services) as s:
         bad, none, good = (repo.get_task(s, i) for i in ("t-bad", "t-nocluster", "t-good"))
     assert bad is not None and bad.status is Status.FAILED and bad.reason is Reason.INVALID_SPEC
     assert "3x3" in (bad.message or "")
@@ -143,7 +145,7 @@ SHARED = "projects/proj-owner/reservations/res-shared"
 
 def gke_pool(services: Services, cluster: Cluster, task_id: str) -> container_v1.NodePool:
     """The task's pool as GKE (the emulator) holds it, read with the official client."""
-    with services.db() as s:
+    with db(services) as s:
         pool = repo.get_task(s, task_id).node_pool_name  # type: ignore[union-attr]
     client = gke_client(services.settings, AnonymousCredentials())  # type: ignore[no-untyped-call]
     return client.get_node_pool(name=f"{cluster_path(cluster)}/nodePools/{pool}")

@@ -8,17 +8,20 @@ import pytest
 from falcon.adapters.clock import utc_now
 from falcon.adapters.db import repository as repo
 from falcon.domain.errors import TemporaryError
+from falcon.domain.lifecycle import Phase, PoolState, Progress, TaskEnded, TaskView
 from falcon.domain.model import ProvisioningMode, TaskSpec
 from falcon.domain.node_pools import NodePoolPlan
 from falcon.domain.status import Reason, Status
 from falcon.domain.topology import resolve_shape
 from falcon.services import acquisition
-from falcon.services.context import Services, TaskEnded, TaskView
+from falcon.services.acquisition import PoolChoice
+from falcon.services.context import Services
 from falcon_emulator.server import EmulatorServer
 from tests.integration.harness import (
     CLUSTER,
     EMULATOR,
     Driver,
+    db,
     emulator_counters,
     inject_fault,
     submit,
@@ -26,16 +29,16 @@ from tests.integration.harness import (
 )
 
 
-def finished(services: Services, task_id: str) -> repo.Progress:
+def finished(services: Services, task_id: str) -> Progress:
     Driver(services).run_until_done([task_id])
-    with services.db() as s:
+    with db(services) as s:
         progress = repo.get_progress(s, task_id)
-    assert progress is not None and progress.phase == repo.Phase.DONE
+    assert progress is not None and progress.phase == Phase.DONE
     return progress
 
 
 def task_of(services: Services, task_id: str):  # type: ignore[no-untyped-def]
-    with services.db() as s:
+    with db(services) as s:
         return repo.get_task(s, task_id)
 
 
@@ -78,9 +81,9 @@ def test_a_refused_node_pool_fails_the_task_with_node_pool_failed(
     task = task_of(services, "t-quota")
     assert task.status is Status.FAILED and task.reason is Reason.NODE_POOL_FAILED
     assert "TPUS_PER_PROJECT" in task.message
-    with services.db() as s:
+    with db(services) as s:
         pool = repo.get_pool(s, CLUSTER.id, task.node_pool_name)
-    assert pool is not None and pool.state == repo.PoolState.DELETED  # written ahead, then closed out
+    assert pool is not None and pool.state == PoolState.DELETED  # written ahead, then closed out
 
 
 def test_a_refused_job_fails_the_task_with_job_submit_failed_and_deletes_the_pool(
@@ -119,12 +122,12 @@ def test_an_untracked_falcon_pool_is_deleted_and_tracked_ones_are_left_alone(
         None,
         CLUSTER.node_zone,
     )
-    gke = services.gateways.node_pools
+    gke = services.node_pools
     driver.run_until(lambda _: _created(gke, orphan), seconds=30)
 
-    assert delete_orphan_pools(services) == ["falcon-2x2-orphan00"]
+    assert delete_orphan_pools(services, {CLUSTER.id: CLUSTER}) == ["falcon-2x2-orphan00"]
     # GKE refuses a delete while the create still runs; the periodic scan asks again.
-    driver.run_until(lambda _: not delete_orphan_pools(services), seconds=30)
+    driver.run_until(lambda _: not delete_orphan_pools(services, {CLUSTER.id: CLUSTER}), seconds=30)
     assert "falcon-2x2-orphan00" not in gke.list_names(CLUSTER)
     assert task_of(services, "t-live").node_pool_name in gke.list_names(CLUSTER)
 
@@ -152,8 +155,8 @@ def test_a_pool_that_never_became_ready_is_not_handed_to_the_next_task(
     refused, after = task_of(services, "t-refused"), task_of(services, "t-after")
     assert refused.reason is Reason.NODE_POOL_FAILED and after.status is Status.SUCCEEDED
     assert after.node_pool_name != refused.node_pool_name
-    with services.db() as s:
-        assert repo.get_pool(s, CLUSTER.id, refused.node_pool_name).state == repo.PoolState.DELETED  # type: ignore[union-attr]
+    with db(services) as s:
+        assert repo.get_pool(s, CLUSTER.id, refused.node_pool_name).state == PoolState.DELETED  # type: ignore[union-attr]
 
 
 # --- Reservation and GKE refusals: final errors end NodePoolFailed with Google's own text -------------
@@ -226,7 +229,7 @@ def test_a_reservation_read_that_fails_for_a_moment_is_retried(
     history = Driver(services).run_until_done(["t-res"])
     assert task_of(services, "t-res").status is Status.SUCCEEDED
     assert ("Pending", "ProvisioningFallback") not in history["t-res"]
-    with services.db() as s:
+    with db(services) as s:
         assert repo.get_pool(s, CLUSTER.id, task_of(services, "t-res").node_pool_name).mode == "reservation"  # type: ignore[union-attr]
 
 
@@ -275,15 +278,48 @@ def test_a_stockout_in_the_create_operation_fails_the_task_with_the_operation_er
 ) -> None:
     """Another user's pool takes the whole reservation while Falcon's create waits behind it:
     Falcon read free room, GKE's create operation then ends DONE with GCE_STOCKOUT."""
-    services.gateways.node_pools.create(CLUSTER, OUTSIDER)  # 8 nodes, counted when its operation ends
+    services.node_pools.create(CLUSTER, OUTSIDER)  # 8 nodes, counted when its operation ends
     submit(db_url, "t-short", "alice", "4x4")
     finished(services, "t-short")
     task = task_of(services, "t-short")
     assert (task.status, task.reason) == (Status.FAILED, Reason.NODE_POOL_FAILED)
     assert task.message.startswith(
-        "Node pool creation failed: GCE_STOCKOUT: reservation projects/proj-a/reservations/res-a does not "
-        f"have enough capacity for node pool {task.node_pool_name}: 4 nodes needed, 0 available"
+        f"Node pool creation failed: node pool {task.node_pool_name} is ERROR: GCE_STOCKOUT: "
+        "reservation projects/proj-a/reservations/res-a does not have enough capacity for node pool "
+        f"{task.node_pool_name}: 4 nodes needed, 0 available"
     )
+
+
+def test_a_reservation_read_failing_once_is_retried_by_prefect_and_the_task_runs(
+    services: Services, db_url: str, emulator: EmulatorServer
+) -> None:
+    """The path production takes: the provision task raises TemporaryError, Prefect's retry
+    condition accepts it, and the task's second run provisions the pool."""
+    inject_fault(
+        emulator, "GET", RESERVATION_ZONE_PATH, 503, "The service is currently unavailable.", times=1
+    )
+    submit(db_url, "t-retried", "alice", "2x2")
+    finished(services, "t-retried")
+    assert task_of(services, "t-retried").status is Status.SUCCEEDED
+    assert provision_run_counts("acquire-t-retried") == [2]
+
+
+def provision_run_counts(flow_run_name: str) -> list[int]:
+    """How many times Prefect ran the provision task in the named lifecycle run."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterName,
+        TaskRunFilter,
+        TaskRunFilterName,
+    )
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[flow_run_name])),
+            task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="provision-node-pool")),
+        )
+    return [run.run_count for run in runs]
 
 
 def test_a_reservation_read_still_failing_on_the_last_retry_ends_the_task_not_the_run(
@@ -312,7 +348,7 @@ def test_a_resumed_run_finding_its_pool_in_error_reports_gkes_reason(
 ) -> None:
     """A run that resumes after the create call has no operation name: it finds the pool in ERROR
     and still reports GKE's reason (pool status and the failed create operation's error)."""
-    gke = services.gateways.node_pools
+    gke = services.node_pools
     gke.create(CLUSTER, OUTSIDER)  # takes the reservation when it ends; GKE runs ours after it
     submit(db_url, "t-x", "alice", "4x4")
     task = task_of(services, "t-x")
@@ -322,7 +358,7 @@ def test_a_resumed_run_finding_its_pool_in_error_reports_gkes_reason(
     )
     Driver(services).run_until(lambda _: _created(gke, plan), seconds=30)
     with pytest.raises(TaskEnded) as ended:
-        acquisition.wait_pool_ready(services, view, "falcon-resumed", utc_now())
+        acquisition.wait_pool_ready(services, view, PoolChoice("falcon-resumed", None), utc_now())
     assert ended.value.outcome.reason is Reason.NODE_POOL_FAILED
     assert ended.value.outcome.message.startswith(
         "Node pool creation failed: node pool falcon-resumed is ERROR: GCE_STOCKOUT: reservation "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,19 +28,19 @@ import pytest
 from falcon.adapters.clock import utc_now
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import session_scope
-from falcon.adapters.runs import InProcessLauncher
 from falcon.domain.job_manifest import JobTarget, render_service
+from falcon.domain.lifecycle import PoolState
 from falcon.domain.model import Task, k8s_job_name_for
 from falcon.domain.status import TERMINAL, Reason, Status
 from falcon.domain.topology import resolve_shape
 from falcon.services.acquisition import dispatch, mark_running, provision, wait_pool_ready
-from falcon.services.context import Services, load_task
-from falcon.services.dispatching import Dispatcher
+from falcon.services.context import Services, load_view
 from falcon.services.reconcile import delete_orphan_services
 from falcon.settings import get_settings
 from falcon_emulator.config import EmulatorConfig
 from falcon_emulator.server import EmulatorServer
-from tests.integration.harness import CLUSTER, EMULATOR, Driver, inject_fault, request_abort
+from tests.integration.harness import CLUSTER, EMULATOR, Driver, db, inject_fault, request_abort
+from tests.integration.launcher import InProcessLauncher
 
 # The cluster's log bucket exists, but no Kubernetes ServiceAccount may write to it.
 UNWRITABLE_BUCKET = copy.deepcopy(EMULATOR)
@@ -86,11 +87,11 @@ def with_settings(services: Services, monkeypatch: pytest.MonkeyPatch, **env: st
     for name, value in env.items():
         monkeypatch.setenv(f"FALCON_{name}", value)
     get_settings.cache_clear()
-    return Services(get_settings(), services.gateways)
+    return replace(services, settings=get_settings())
 
 
 def task_of(services: Services, task_id: str) -> Task:
-    with services.db() as s:
+    with db(services) as s:
         task = repo.get_task(s, task_id)
     assert task is not None
     return task
@@ -113,7 +114,7 @@ def assert_job_failed_and_slot_freed(services: Services, first: str, after: str,
         assert all(text in task.message for text in quoted), task.message
     assert ended.finished_at is not None and following.dispatched_at is not None
     assert following.dispatched_at >= ended.finished_at
-    with services.db() as s:
+    with db(services) as s:
         assert all(repo.get_progress(s, t).lease_id is None for t in (first, after))  # type: ignore[union-attr]
 
 
@@ -222,9 +223,9 @@ def test_the_orphan_sweep_deletes_services_of_unknown_tasks_only(
     driver = Driver(services)
     driver.run_until(lambda t: t["t-live"].status is Status.RUNNING)
     ghost = JobTarget("ghost", k8s_job_name_for("ghost"), "pool", CLUSTER, resolve_shape("v6e", "2x4"))
-    services.gateways.jobs(CLUSTER).ensure_service(CLUSTER.namespace, render_service(ghost))
+    services.jobs(CLUSTER).ensure_service(CLUSTER.namespace, render_service(ghost))
 
-    assert delete_orphan_services(services) == [ghost.service_name]
+    assert delete_orphan_services(services, {CLUSTER.id: CLUSTER}) == [ghost.service_name]
     remaining = [s["metadata"]["name"] for s in k8s_items(emulator, "services")]
     assert remaining == [task_of(services, "t-live").k8s_job_name]
 
@@ -238,16 +239,14 @@ class RunningOnceSubmitted(InProcessLauncher):
     had started: the dispatcher's follow_running is then the one to notice they never will."""
 
     def __init__(self, services: Services) -> None:
-        from flows.lifecycle import task_lifecycle, task_release
-
-        super().__init__(task_lifecycle, task_release)
+        super().__init__()
         self.services = services
 
     def start_acquire(self, task_id: str, lease_id: str, attempt: int) -> str:
-        view = load_task(self.services, task_id)
+        view = load_view(self.services, task_id)
         pool = provision(self.services, view)
         wait_pool_ready(self.services, view, pool, utc_now())
-        dispatch(self.services, view, pool)
+        dispatch(self.services, view, pool.name)
         mark_running(self.services, view, 0)
         return f"inline-{task_id}"
 
@@ -255,10 +254,8 @@ class RunningOnceSubmitted(InProcessLauncher):
 def test_a_running_task_whose_pods_cannot_start_is_ended_by_the_dispatcher(
     services: Services, db_url: str, emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from falcon.adapters import slots
-
     services = with_settings(services, monkeypatch, JOB_SERVICE_ACCOUNT="no-such-ksa")
-    dispatcher = Dispatcher(services, slots, RunningOnceSubmitted(services))
+    dispatcher = Driver(services, RunningOnceSubmitted(services))
     submit_untimed(db_url, "t-late", "alice", "2x2")
     deadline = time.monotonic() + 60
     while task_of(services, "t-late").status not in TERMINAL and time.monotonic() < deadline:
@@ -268,6 +265,6 @@ def test_a_running_task_whose_pods_cannot_start_is_ended_by_the_dispatcher(
     task = task_of(services, "t-late")
     assert task.status is Status.FAILED and task.reason is Reason.JOB_FAILED
     assert task.message is not None and "FailedCreate" in task.message and "no-such-ksa" in task.message
-    with services.db() as s:
+    with db(services) as s:
         pool = repo.get_pool(s, CLUSTER.id, task.node_pool_name or "")
-    assert pool is not None and pool.state == repo.PoolState.DELETED  # released as usual
+    assert pool is not None and pool.state == PoolState.DELETED  # released as usual

@@ -14,7 +14,8 @@ import sqlalchemy as sa
 
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import session_scope
-from falcon.domain.messages import Locale
+from falcon.adapters.db.store import SqlTaskStore
+from falcon.domain.messages import Locale, Messages
 from falcon.domain.status import Reason, Status
 from falcon.services.intake import take_in
 from tests.integration.harness import CLUSTER
@@ -102,8 +103,9 @@ def upstream_db(db_url: str) -> str:
 
 
 def _take_in(url: str) -> None:
-    with session_scope(url) as s:
-        take_in(s, NOW, Locale.EN, batch=500)
+    """One intake pass as the dispatcher makes it: a snapshot, then each row's decision written."""
+    store = SqlTaskStore(url)
+    take_in(store, store.snapshot(intake_batch=500, with_book=False), Messages(Locale.EN), NOW)
 
 
 def _tasks(url: str) -> dict[str, repo.Task]:

@@ -10,7 +10,8 @@ import sqlalchemy as sa
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.migrate import downgrade, upgrade
 from falcon.adapters.db.session import engine_for, session_scope
-from falcon.domain.model import Cluster, ClusterStatus, QueueKey
+from falcon.domain.lifecycle import NodePool, Phase, PoolState
+from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey
 from falcon.domain.status import Reason, Status
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, 123456, tzinfo=UTC)
@@ -45,7 +46,7 @@ def test_new_tasks_are_pending_without_reason_oldest_first(db_url: str) -> None:
     _insert(db_url, "early", at=T0)
     with session_scope(db_url) as s:
         assert [t.id for t in repo.new_tasks(s, 10)] == ["early", "late"]
-        repo.update_task(s, "early", [Status.PENDING], T0, reason=Reason.WAITING)
+        assert repo.queue_task(s, "early", QueueKey("c1", "2x4"), T0)
     with session_scope(db_url) as s:
         assert [t.id for t in repo.new_tasks(s, 10)] == ["late"]
 
@@ -55,7 +56,7 @@ def test_compare_and_set_loses_to_an_upstream_abort(db_url: str) -> None:
     with session_scope(db_url) as s:
         assert repo.request_abort(s, "t1", T0)
     with session_scope(db_url) as s:
-        assert not repo.update_task(s, "t1", [Status.PENDING], T0, status=Status.RUNNING)
+        assert not repo.mark_running(s, "t1", "running", T0)
         assert repo.get_task(s, "t1").status is Status.ABORTING  # type: ignore[union-attr]
 
 
@@ -64,8 +65,7 @@ def test_waiting_tasks_are_grouped_by_queue_and_messages_land_only_on_waiting_ro
     for i, actor in enumerate(["alice", "bob", "carol"]):
         _insert(db_url, f"t{i}", actor, T0 + timedelta(seconds=i))
         with session_scope(db_url) as s:
-            repo.update_task(s, f"t{i}", [Status.PENDING], T0, reason=Reason.WAITING, cluster_id="c1")
-            repo.start_progress(s, f"t{i}", repo.Phase.WAITING, T0, queue)
+            assert repo.queue_task(s, f"t{i}", queue, T0)
     with session_scope(db_url) as s:
         repo.request_abort(s, "t2", T0)  # upstream, meanwhile
     with session_scope(db_url) as s:
@@ -75,7 +75,7 @@ def test_waiting_tasks_are_grouped_by_queue_and_messages_land_only_on_waiting_ro
     with session_scope(db_url) as s:
         rows = {r.task.task_id: r.message for r in repo.waiting_rows(s)}
         assert rows == {"t0": "m0", "t1": "m1"}
-        assert repo.get_task(s, "t2").message is None  # type: ignore[union-attr]
+        assert repo.get_task(s, "t2").message == ""  # as intake left it  # type: ignore[union-attr]
         assert repo.queue_lengths(s) == {queue: 3}
 
 
@@ -89,8 +89,7 @@ def test_messages_are_written_in_batches_larger_than_one_statement(db_url: str) 
             )
     with session_scope(db_url) as s:
         for i in range(n):
-            repo.update_task(s, f"b{i}", [Status.PENDING], T0, reason=Reason.WAITING)
-            repo.start_progress(s, f"b{i}", repo.Phase.WAITING, T0, queue)
+            assert repo.queue_task(s, f"b{i}", queue, T0)
     with session_scope(db_url) as s:
         repo.set_messages(s, {f"b{i}": f"#{i + 1}" for i in range(n)}, T0)
     with session_scope(db_url) as s:
@@ -100,15 +99,23 @@ def test_messages_are_written_in_batches_larger_than_one_statement(db_url: str) 
 
 def test_an_idle_pool_is_claimed_by_exactly_one_task(db_url: str) -> None:
     queue = QueueKey("c1", "2x4")
-    pool = repo.NodePool(
-        "c1", "falcon-2x4-abc", "2x4", "ct6e-standard-4t", "reservation", "r", repo.PoolState.IDLE, None, T0
+    pool = NodePool(
+        "c1",
+        "falcon-2x4-abc",
+        "2x4",
+        "ct6e-standard-4t",
+        ProvisioningMode.RESERVATION,
+        "r",
+        PoolState.IDLE,
+        None,
+        T0,
     )
     with session_scope(db_url) as s:
         repo.write_ahead_pool(s, pool, T0)
     with session_scope(db_url) as s:
         first = repo.claim_idle_pool(s, queue, "t1", T0)
         second = repo.claim_idle_pool(s, queue, "t2", T0)
-    assert first is not None and first.holder_task_id == "t1" and first.state == repo.PoolState.IN_USE
+    assert first is not None and first.holder_task_id == "t1" and first.state == PoolState.IN_USE
     assert second is None
 
 
@@ -146,13 +153,20 @@ def test_migrations_go_down_to_base_and_up_again(db_url: str) -> None:
 
 
 def test_falcon_cannot_write_a_transition_the_state_machine_forbids(db_url: str) -> None:
+    from falcon.domain.lifecycle import IllegalPhaseMoveError, Outcome
     from falcon.domain.status import IllegalTransitionError
 
     _insert(db_url, "t1")
     with pytest.raises(IllegalTransitionError), session_scope(db_url) as s:
-        repo.update_task(s, "t1", [Status.PENDING], T0, status=Status.SUCCEEDED)  # Pending never succeeds
+        repo.finish(s, "t1", Outcome(Status.SUCCEEDED), [Status.PENDING], T0)  # Pending never succeeds
     with pytest.raises(IllegalTransitionError), session_scope(db_url) as s:
-        repo.update_task(s, "t1", [Status.PENDING], T0, status=Status.RUNNING, reason=Reason.WAITING)
+        repo.finish(s, "t1", Outcome(Status.FAILED, Reason.WAITING), [Status.PENDING], T0)  # not a cause
+    with session_scope(db_url) as s:
+        assert repo.queue_task(s, "t1", QueueKey("c1", "2x4"), T0)
+    with pytest.raises(IllegalPhaseMoveError), session_scope(db_url) as s:  # it holds nothing to release
+        repo.start_releasing(s, "t1", Outcome(Status.FAILED, Reason.TIMEOUT), [Phase.WAITING], "", T0)
+    with session_scope(db_url) as s:
+        assert repo.get_task(s, "t1").reason is Reason.WAITING  # type: ignore[union-attr]
 
 
 def test_the_zone_migration_keeps_each_clusters_reservation_zone_as_its_node_zone(db_url: str) -> None:

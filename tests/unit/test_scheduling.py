@@ -374,66 +374,44 @@ FLEX = ProvisioningMode.FLEX_START
 
 
 @pytest.mark.parametrize(
-    ("nodes", "idle_pool", "capacity", "expected"),
+    ("nodes", "capacity", "expected"),
     [
         pytest.param(
             2,
-            ("falcon-pool-1", RES),
-            reservation(4, 4),
-            ProvisioningDecision("falcon-pool-1", RES, Reason.PROVISIONING, None),
-            id="reuse idle reservation pool even when the reservation is full",
-        ),
-        pytest.param(
-            2,
-            ("falcon-pool-2", FLEX),
-            None,
-            ProvisioningDecision("falcon-pool-2", FLEX, Reason.PROVISIONING, None),
-            id="reuse idle flex-start pool",
-        ),
-        pytest.param(
-            2,
-            None,
             reservation(4, 2),
-            ProvisioningDecision(None, RES, Reason.PROVISIONING, "ghostfish"),
+            ProvisioningDecision(RES, Reason.PROVISIONING, "ghostfish"),
             id="reservation with exactly enough room",
         ),
         pytest.param(
             2,
-            None,
             reservation(16, 0),
-            ProvisioningDecision(None, RES, Reason.PROVISIONING, "ghostfish"),
+            ProvisioningDecision(RES, Reason.PROVISIONING, "ghostfish"),
             id="reservation with plenty of room",
         ),
         pytest.param(
             2,
-            None,
             reservation(4, 3),
-            ProvisioningDecision(None, FLEX, Reason.PROVISIONING_FALLBACK, None),
+            ProvisioningDecision(FLEX, Reason.PROVISIONING_FALLBACK, None),
             id="reservation one node short: fallback to flex-start",
         ),
         pytest.param(
             1,
-            None,
             reservation(4, 6),
-            ProvisioningDecision(None, FLEX, Reason.PROVISIONING_FALLBACK, None),
+            ProvisioningDecision(FLEX, Reason.PROVISIONING_FALLBACK, None),
             id="reservation over-used: fallback to flex-start",
         ),
         pytest.param(
             1,
             None,
-            None,
-            ProvisioningDecision(None, FLEX, Reason.PROVISIONING, None),
+            ProvisioningDecision(FLEX, Reason.PROVISIONING, None),
             id="no reservation: plain flex-start",
         ),
     ],
 )
 def test_decide_provisioning(
-    nodes: int,
-    idle_pool: tuple[str, ProvisioningMode] | None,
-    capacity: ReservationCapacity | None,
-    expected: ProvisioningDecision,
+    nodes: int, capacity: ReservationCapacity | None, expected: ProvisioningDecision
 ) -> None:
-    assert decide_provisioning(nodes, MACHINE, idle_pool, capacity) == expected
+    assert decide_provisioning(nodes, MACHINE, capacity) == expected
 
 
 @pytest.mark.parametrize(
@@ -465,14 +443,14 @@ def test_an_unusable_reservation_is_an_error_not_a_fallback(
     capacity: ReservationCapacity, problem: str
 ) -> None:
     with pytest.raises(UnusableReservationError) as raised:
-        decide_provisioning(2, MACHINE, None, capacity)
+        decide_provisioning(2, MACHINE, capacity)
     assert str(raised.value) == problem
 
 
 @pytest.mark.parametrize("nodes", [pytest.param(0, id="zero nodes"), pytest.param(-1, id="negative")])
 def test_decide_provisioning_rejects_impossible_node_counts(nodes: int) -> None:
     with pytest.raises(ValueError, match="nodes_needed"):
-        decide_provisioning(nodes, MACHINE, None, None)
+        decide_provisioning(nodes, MACHINE, None)
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from falcon.adapters.k8s import ClusterEvent, JobState, PodState, StartGrace, start_failure
+from falcon.domain.workloads import ClusterEvent, JobState, PodState, StartGrace, start_failure
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 GRACE = StartGrace(image_pull=timedelta(seconds=60), mount=timedelta(seconds=300))

@@ -12,24 +12,10 @@ from google.cloud import container_v1
 
 from falcon.adapters.errors import google_errors
 from falcon.domain.model import Cluster, ProvisioningMode
-from falcon.domain.node_pools import NodePoolPlan
+from falcon.domain.node_pools import NodePoolPlan, PoolStatus
 from falcon.domain.topology import Placement
 
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
-
-
-@dataclass(frozen=True)
-class PoolStatus:
-    name: str
-    status: str  # PROVISIONING, RUNNING, RUNNING_WITH_ERROR, RECONCILING, STOPPING, ERROR
-    detail: str  # status message or conditions, for people
-
-
-@dataclass(frozen=True)
-class OperationStatus:
-    name: str
-    done: bool
-    error: str | None
 
 
 @dataclass(frozen=True)
@@ -82,13 +68,6 @@ class GkeNodePools:
             )
         return str(op.name)
 
-    def operation(self, cluster: Cluster, op_name: str) -> OperationStatus:
-        """Poll one operation (GKE returns a short id; the path is built from the cluster's location)."""
-        path = f"projects/{cluster.project}/locations/{cluster.location}/operations/{op_name}"
-        with google_errors(f"get operation {op_name}"):
-            op = self._client.get_operation(name=path, timeout=self._timeout)
-        return _operation_status(op)
-
     def create_error(self, cluster: Cluster, pool_name: str) -> str | None:
         """The error text of the failed create operation of a pool, found by its target.
 
@@ -99,20 +78,18 @@ class GkeNodePools:
         with google_errors(f"list operations of {cluster.name}"):
             found = self._client.list_operations(parent=parent, timeout=self._timeout)
         errors = [
-            status.error
+            error
             for op in found.operations
             if op.operation_type == container_v1.Operation.Type.CREATE_NODE_POOL
             and op.target_link.endswith(target)
-            and (status := _operation_status(op)).error
+            and (error := _operation_error(op))
         ]
         return errors[-1] if errors else None
 
 
-def _operation_status(op: container_v1.Operation) -> OperationStatus:
-    """DONE means cancelled or completed; it failed when ``error.code`` is set (google.rpc.Status)."""
-    done = op.status == container_v1.Operation.Status.DONE
-    error = (op.error.message or f"error code {op.error.code}") if op.error and op.error.code else None
-    return OperationStatus(op.name, done, error)
+def _operation_error(op: container_v1.Operation) -> str | None:
+    """An operation failed when ``error.code`` is set (google.rpc.Status)."""
+    return (op.error.message or f"error code {op.error.code}") if op.error and op.error.code else None
 
 
 def to_node_pool(plan: NodePoolPlan) -> container_v1.NodePool:

@@ -2,15 +2,10 @@
 
 ``DeploymentLauncher`` is production: ``run_deployment(timeout=0)`` with an idempotency key per
 (task, attempt), so a dispatcher that restarts mid-launch can never start a second run.
-``InProcessLauncher`` runs the same flows in threads of this process (tests, benchmarks).
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Callable
-from typing import Any
 from uuid import UUID
 
 from prefect.client.orchestration import get_client
@@ -50,40 +45,3 @@ class DeploymentLauncher:
         with get_client(sync_client=True) as client:
             run = client.read_flow_run(UUID(run_id))
         return run.state is None or not run.state.is_final()
-
-
-class InProcessLauncher:
-    """Runs the lifecycle and release flows in daemon threads: real flow runs, no runner needed."""
-
-    def __init__(self, acquire: Callable[..., Any], release: Callable[..., Any]) -> None:
-        self._acquire, self._release = acquire, release
-        self._threads: dict[str, threading.Thread] = {}
-
-    def _start(self, key: str, target: Callable[..., Any], **kwargs: Any) -> str:
-        if key not in self._threads:
-            thread = threading.Thread(
-                target=self._quietly, args=(target,), kwargs=kwargs, daemon=True, name=key
-            )
-            self._threads[key] = thread
-            thread.start()
-        return key
-
-    @staticmethod
-    def _quietly(target: Callable[..., Any], **kwargs: Any) -> None:
-        # The flow run records its own failure; the dispatcher restarts it.
-        with contextlib.suppress(Exception):
-            target(**kwargs)
-
-    def start_acquire(self, task_id: str, lease_id: str, attempt: int) -> str:
-        return self._start(f"acquire-{task_id}-{attempt}", self._acquire, task_id=task_id, lease_id=lease_id)
-
-    def start_release(self, task_id: str, attempt: int) -> str:
-        return self._start(f"release-{task_id}-{attempt}", self._release, task_id=task_id)
-
-    def is_alive(self, run_id: str) -> bool:
-        thread = self._threads.get(run_id)
-        return thread is not None and thread.is_alive()
-
-    def join(self, timeout: float) -> None:
-        for thread in list(self._threads.values()):
-            thread.join(timeout)

@@ -65,15 +65,26 @@ def release(lease_id: str) -> None:
         client.release_concurrency_slots_with_lease(lease_id=UUID(lease_id))
 
 
-def active_slots(name: str) -> int:
-    with get_client(sync_client=True) as client:
-        try:
-            return int(client.read_global_concurrency_limit_by_name(name).active_slots)
-        except ObjectNotFound:
-            return 0
-
-
 def reset(name: str) -> None:
     """Zero a limit's active count: used only when the database proves no task holds it."""
     with get_client(sync_client=True) as client:
         client.update_global_concurrency_limit(name, GlobalConcurrencyLimitUpdate(active_slots=0))
+
+
+class PrefectSlots:
+    """The slots port on Prefect's global concurrency limits (the functions above)."""
+
+    def ensure_limit(self, name: str) -> None:
+        ensure_limit(name)
+
+    def try_acquire(self, name: str, lease_seconds: int) -> str | None:
+        return try_acquire(name, lease_seconds)
+
+    def renew(self, lease_id: str, lease_seconds: int) -> bool:
+        return renew(lease_id, lease_seconds)
+
+    def release(self, lease_id: str) -> None:
+        release(lease_id)
+
+    def reset(self, name: str) -> None:
+        reset(name)

@@ -7,6 +7,7 @@ Upstream shows these strings to users as they are, so they stay short and specif
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -140,6 +141,16 @@ AHEAD_PREVIEW = 3  # how many tasks ahead a Waiting message names before summari
 
 def render(key: MessageKey, locale: Locale = Locale.ZH, /, **params: object) -> str:
     return TEMPLATES[key][locale].format(**params).strip()
+
+
+@dataclass(frozen=True)
+class Messages:
+    """The templates bound to one locale, once: ``say(MessageKey.RUNNING, active=4, total=4)``."""
+
+    locale: Locale = Locale.ZH
+
+    def __call__(self, key: MessageKey, /, **params: object) -> str:
+        return render(key, self.locale, **params)
 
 
 def waiting_message(

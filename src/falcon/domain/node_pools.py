@@ -67,3 +67,20 @@ class NodePoolPlan:
         if self.shape.placement is not Placement.WORKLOAD_POLICY:
             return None
         return f"falcon-{self.shape.generation.accelerator_label}-{self.shape.topology}"
+
+
+@dataclass(frozen=True)
+class PoolStatus:
+    """A node pool as GKE reports it."""
+
+    name: str
+    status: str  # PROVISIONING, RUNNING, RUNNING_WITH_ERROR, RECONCILING, STOPPING, ERROR
+    detail: str  # status message or conditions, for people
+
+    @property
+    def ready(self) -> bool:
+        return self.status in ("RUNNING", "RECONCILING")
+
+    @property
+    def broken(self) -> bool:
+        return self.status in ("ERROR", "RUNNING_WITH_ERROR", "STOPPING")

@@ -232,40 +232,34 @@ class UnusableReservationError(PermanentError):
 
 @dataclass(frozen=True)
 class ProvisioningDecision:
-    """How the slot holder gets its nodes, and what the row's Reason says meanwhile."""
+    """How the slot holder's new pool gets its nodes, and what the row's Reason says meanwhile."""
 
-    reuse_pool: str | None  # name of the idle pool to reuse (then mode is that pool's mode)
     mode: ProvisioningMode
     reason: Reason  # PROVISIONING or PROVISIONING_FALLBACK
     reservation: str | None  # set when the pool is created on the reservation
 
 
 def decide_provisioning(
-    nodes_needed: int,
-    machine_type: str,
-    idle_pool: tuple[str, ProvisioningMode] | None,
-    reservation: ReservationCapacity | None,
+    nodes_needed: int, machine_type: str, reservation: ReservationCapacity | None
 ) -> ProvisioningDecision:
-    """The §5 decision: reuse an idle pool, else the reservation if it has room, else flex-start.
+    """The §5 decision for a new pool: the reservation if it has room, else flex-start.
 
+    (Reusing an idle pool comes first; it is an atomic claim in the store, not a decision here.)
     ``reservation`` is the cluster's reservation as just read (None: the cluster has none). Only
     "usable but too little free room" falls back to flex-start; a reservation that is not READY
     or holds another machine type raises UnusableReservationError naming it and the problem.
     """
     if nodes_needed < 1:
         raise ValueError(f"nodes_needed must be at least 1, got {nodes_needed}")
-    if idle_pool is not None:
-        pool, mode = idle_pool
-        return ProvisioningDecision(pool, mode, Reason.PROVISIONING, None)
     flex = ProvisioningMode.FLEX_START
     if reservation is None:
-        return ProvisioningDecision(None, flex, Reason.PROVISIONING, None)
+        return ProvisioningDecision(flex, Reason.PROVISIONING, None)
     problem = reservation_problem(reservation, machine_type)
     if problem:
         raise UnusableReservationError(f"reservation {reservation.name}: {problem}")
     if reservation.free >= nodes_needed:
-        return ProvisioningDecision(None, ProvisioningMode.RESERVATION, Reason.PROVISIONING, reservation.name)
-    return ProvisioningDecision(None, flex, Reason.PROVISIONING_FALLBACK, None)
+        return ProvisioningDecision(ProvisioningMode.RESERVATION, Reason.PROVISIONING, reservation.name)
+    return ProvisioningDecision(flex, Reason.PROVISIONING_FALLBACK, None)
 
 
 def reservation_problem(reservation: ReservationCapacity, machine_type: str) -> str | None:

@@ -1,72 +1,61 @@
-"""What every service step needs: the database, the adapters, the settings and a clock."""
+"""What every service step is handed: the settings, the ports, and the Messages in one locale."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from sqlalchemy.orm import Session
-
-from falcon.adapters.clock import utc_now
-from falcon.adapters.db import repository as repo
-from falcon.adapters.db.session import session_scope
-from falcon.bootstrap import Gateways
 from falcon.domain.errors import PermanentError
-from falcon.domain.model import Cluster, Task, TaskSpec
-from falcon.domain.status import Reason, Status
-from falcon.domain.topology import SliceShape, resolve_shape
+from falcon.domain.lifecycle import TaskEnded, TaskView, aborted
+from falcon.domain.messages import Messages
+from falcon.domain.model import TaskSpec
+from falcon.domain.scheduling import keep_pool_after_task
+from falcon.domain.status import Status
+from falcon.domain.topology import resolve_shape
+from falcon.services.ports import (
+    Clock,
+    JobsOf,
+    Launcher,
+    NodePools,
+    Reservations,
+    Slots,
+    TaskStore,
+    WorkloadPolicies,
+)
 from falcon.settings import Settings
-
-Clock = Callable[[], datetime]
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How a task ends; written to the row once Job and node pool are dealt with."""
-
-    status: Status
-    reason: Reason | None = None
-    message: str = ""
-
-
-class TaskEnded(Exception):
-    """Acquisition stops here: the task failed, timed out or was aborted."""
-
-    def __init__(self, outcome: Outcome) -> None:
-        super().__init__(f"{outcome.status} {outcome.reason or ''} {outcome.message}".strip())
-        self.outcome = outcome
 
 
 @dataclass(frozen=True)
 class Services:
     settings: Settings
-    gateways: Gateways
-    clock: Clock = utc_now
+    store: TaskStore
+    node_pools: NodePools
+    reservations: Reservations
+    workload_policies: WorkloadPolicies
+    jobs: JobsOf
+    slots: Slots
+    launcher: Launcher
+    clock: Clock
+    # Whether a finished task's pool is kept, from (tasks waiting in its queue, pools already kept
+    # for it): Falcon's rule unless a benchmark compares it with a baseline policy.
+    keep_pool: Callable[[int, int], bool] = keep_pool_after_task
+    say: Messages = field(init=False)
 
-    @contextmanager
-    def db(self) -> Iterator[Session]:
-        with session_scope(self.settings.resolved_database_url) as session:
-            yield session
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "say", Messages(self.settings.message_locale))
+
+    def ensure_active(self, task_id: str) -> None:
+        """Raise TaskEnded(Aborted) once upstream has asked for an abort (or the row is gone)."""
+        task = self.store.task(task_id)
+        if task is None or task.status is Status.ABORTING:
+            raise TaskEnded(aborted(self.say))
 
 
-@dataclass(frozen=True)
-class TaskView:
-    """A task with everything resolved that its steps need."""
-
-    task: Task
-    spec: TaskSpec
-    shape: SliceShape
-    cluster: Cluster
-
-
-def load_task(services: Services, task_id: str) -> TaskView:
-    with services.db() as session:
-        task = repo.get_task(session, task_id)
-        if task is None or task.cluster_id is None:
-            raise PermanentError(f"task {task_id} is not queued on any cluster")
-        cluster = repo.get_cluster(session, task.cluster_id)
+def load_view(services: Services, task_id: str) -> TaskView:
+    """The task, its spec, slice shape and cluster: read once per lifecycle run."""
+    task, cluster, _ = services.store.task_view_rows(task_id)
+    if task is None or task.cluster_id is None:
+        raise PermanentError(f"task {task_id} is not queued on any cluster")
     if cluster is None:
         raise PermanentError(f"cluster {task.cluster_id} of task {task_id} is not registered")
     spec = TaskSpec.parse(task.spec)

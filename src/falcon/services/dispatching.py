@@ -1,4 +1,4 @@
-"""The dispatcher's tick: intake → aborts → pick per queue → launch, plus periodic reconciliation.
+"""The dispatcher's tick: snapshot → intake and aborts → picks → slots → launch, plus reconciliation.
 
 One tick is short and never waits on GKE or Kubernetes operations; a tick that fails is logged
 and the next one starts again from the database and the queue book, so the dispatcher never
@@ -8,17 +8,14 @@ stops on a bad row.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from falcon.adapters.db import repository as repo
 from falcon.domain.model import QueueKey
 from falcon.services import reconcile
 from falcon.services.context import Services
 from falcon.services.intake import take_in
-from falcon.services.ports import Launcher, Slots
 from falcon.services.queueing import Pick, QueueBook, schedule
 
 logger = logging.getLogger(__name__)
@@ -46,81 +43,96 @@ class TickReport:
 
 
 class Dispatcher:
-    def __init__(self, services: Services, slots: Slots, launcher: Launcher) -> None:
+    def __init__(self, services: Services) -> None:
         self.services = services
-        self.slots = slots
-        self.launcher = launcher
         self.book = QueueBook()
         self._launches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="launch")
-        self._last_reconcile = 0.0
+        self._last_reconcile: float | None = None
         self._last_refresh = 0.0
-        self._last_orphan_scan = 0.0
+        self._last_orphan_scan: float | None = None
         self._held_since: dict[QueueKey, float] = {}
 
     def tick(self) -> TickReport:
         try:
             return self._tick()
         except BaseException:
-            self.book.loaded = False  # the transaction rolled back: trust only the database now
+            self.book.loaded = False  # a write failed half-way: trust only the database now
             raise
 
+    def close(self) -> None:
+        """Wait for launches under way; the dispatcher is not used afterwards."""
+        self._launches.shutdown(wait=True)
+
     def _tick(self) -> TickReport:
-        settings, now = self.services.settings, self.services.clock()
-        report = TickReport()
-        with self.services.db() as session:
-            if (
-                not self.book.loaded
-                or time.monotonic() - self._last_refresh >= settings.queue_refresh_seconds
-            ):
-                self.book.load(session)
-                self._last_refresh = time.monotonic()
-            intake = take_in(session, now, settings.message_locale, settings.intake_batch)
-            for queue, task in intake.queued:
-                self.book.add(queue, task)
-            report.queued, report.failed = [t.task_id for _, t in intake.queued], intake.failed
-            report.aborted = reconcile.abort_unstarted(session, self.services, now)
-            self.book.remove(report.aborted)
-            result = schedule(
-                session, self.book, self.slots, now, settings.message_locale, settings.slot_lease_seconds
-            )
+        svc, settings = self.services, self.services.settings
+        clock, report = svc.clock, TickReport()
+        reload = (
+            not self.book.loaded or clock.monotonic() - self._last_refresh >= settings.queue_refresh_seconds
+        )
+        snapshot = svc.store.snapshot(settings.intake_batch, with_book=reload)
+        if reload and snapshot.waiting is not None:
+            self.book.load(snapshot.waiting, snapshot.last_actors or {})
+            self._last_refresh = clock.monotonic()
+        now = clock.now()
+        intake = take_in(svc.store, snapshot, svc.say, now)
+        for queue, task in intake.queued:
+            self.book.add(queue, task)
+        report.queued, report.failed = [t.task_id for _, t in intake.queued], intake.failed
+        report.aborted = reconcile.abort_unstarted(svc, snapshot.aborting, now)
+        self.book.remove(report.aborted)
+        result = schedule(
+            svc.store,
+            self.book,
+            svc.slots,
+            snapshot.acquiring_queues,
+            svc.say,
+            now,
+            settings.slot_lease_seconds,
+        )
         report.picked = [p.task_id for p in result.picks]
         self._launch(result.picks)
         report.repaired = self._repair_leaks(result.slot_held)
-        if time.monotonic() - self._last_reconcile >= settings.reconcile_seconds:
-            self._last_reconcile = time.monotonic()
+        if self._due("_last_reconcile", settings.reconcile_seconds):
             self._reconcile(report)
         return report
 
+    def _due(self, last: str, period: float) -> bool:
+        """True (and the time noted) when ``period`` has passed since ``last`` ran, or it never ran."""
+        now, previous = self.services.clock.monotonic(), getattr(self, last)
+        if previous is not None and now - previous < period:
+            return False
+        setattr(self, last, now)
+        return True
+
     def _launch(self, picks: list[Pick]) -> None:
         """Start the lifecycle runs in parallel: each start is a few API round trips."""
+        svc = self.services
 
         def start(pick: Pick) -> None:
-            run = self.launcher.start_acquire(pick.task_id, pick.lease_id, pick.attempt)
-            with self.services.db() as session:
-                repo.update_progress(
-                    session, pick.task_id, self.services.clock(), [repo.Phase.ACQUIRING], acquire_run_id=run
-                )
+            run = svc.launcher.start_acquire(pick.task_id, pick.lease_id, pick.attempt)
+            svc.store.set_acquire_run(pick.task_id, run, svc.clock.now())
 
         # A failed start leaves acquire_run_id empty; supervise_runs starts it again.
         list(self._launches.map(lambda p: _quietly(start, p), picks))
 
     def _repair_leaks(self, held: list[QueueKey]) -> list[str]:
-        now = time.monotonic()
+        now = self.services.clock.monotonic()
         self._held_since = {q: self._held_since.get(q, now) for q in held}
         leaked = [q for q, since in self._held_since.items() if now - since >= LEAK_CONFIRM_SECONDS]
         for queue in leaked:
-            self.slots.reset(queue.slot_name)
+            self.services.slots.reset(queue.slot_name)
             del self._held_since[queue]
         return [q.slot_name for q in leaked]
 
     def _reconcile(self, report: TickReport) -> None:
-        report.ended = reconcile.follow_running(self.services)
-        report.started = reconcile.supervise_runs(self.services, self.launcher, self.slots)
-        report.reaped = reconcile.reap_idle_pools(self.services, self.book.counts())
-        if time.monotonic() - self._last_orphan_scan >= self.services.settings.orphan_scan_seconds:
-            self._last_orphan_scan = time.monotonic()
-            pools = reconcile.delete_orphan_pools(self.services)
-            report.orphans = pools + reconcile.delete_orphan_services(self.services)
+        svc = self.services
+        clusters = {c.id: c for c in svc.store.clusters()}
+        report.ended = reconcile.follow_running(svc, clusters)
+        report.started = reconcile.supervise_runs(svc)
+        report.reaped = reconcile.reap_idle_pools(svc, clusters, self.book.counts())
+        if self._due("_last_orphan_scan", svc.settings.orphan_scan_seconds):
+            pools = reconcile.delete_orphan_pools(svc, clusters)
+            report.orphans = pools + reconcile.delete_orphan_services(svc, clusters)
 
 
 def _quietly(step: Callable[[Pick], None], pick: Pick) -> None:

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
+
+from falcon.services.ports import Slots
 
 
 @contextmanager
-def held_lease(
-    lease_id: str, lease_seconds: int, renew: Callable[[str, int], bool], release: Callable[[str], None]
-) -> Iterator[None]:
+def held_lease(lease_id: str, lease_seconds: int, slots: Slots) -> Iterator[None]:
     """Renew every 3/4 of the lease in a daemon thread; release on exit, whatever happened."""
     stop = threading.Event()
 
     def keep() -> None:
         while not stop.wait(lease_seconds * 0.75):
             try:
-                if not renew(lease_id, lease_seconds):
+                if not slots.renew(lease_id, lease_seconds):
                     return  # expired: the dispatcher sees the drift and repairs it
             except Exception:
                 continue
@@ -30,4 +30,4 @@ def held_lease(
     finally:
         stop.set()
         if lease_id:
-            release(lease_id)
+            slots.release(lease_id)

@@ -3,24 +3,24 @@
 The dispatcher is the only writer of waiting tasks (intake adds them, picks and aborts remove
 them; no other step touches them), so it keeps them in a ``QueueBook`` in memory instead of
 re-reading every waiting row each tick. The book is reloaded from the database at start and
-every ``queue_refresh_seconds`` as a safety net. A pass then costs one small query (which queues
-are acquiring) plus writes for the Messages that actually changed.
+every ``queue_refresh_seconds`` as a safety net.
+
+One pass runs in kueue's order: the snapshot is already read (and its transaction over); the
+picks are decided purely; then each pick's slot is taken, and only then is the pick recorded,
+in a short write of its own. No transaction is open while Prefect is called.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy.orm import Session
-
-from falcon.adapters.db import repository as repo
-from falcon.domain.messages import Locale, MessageKey, render
+from falcon.domain.lifecycle import WaitingRow
+from falcon.domain.messages import MessageKey, Messages
 from falcon.domain.model import QueueKey
 from falcon.domain.scheduling import WaitingTask, pick_next, waiting_messages
-from falcon.domain.status import Reason, Status
-from falcon.services.ports import Slots
+from falcon.services.ports import Slots, TaskStore
 
 
 @dataclass(frozen=True)
@@ -41,13 +41,13 @@ class QueueBook:
     dirty: set[QueueKey] = field(default_factory=set)
     loaded: bool = False
 
-    def load(self, session: Session) -> None:
+    def load(self, rows: Iterable[WaitingRow], last_actors: Mapping[QueueKey, str]) -> None:
         self.waiting.clear()
         self.written.clear()
-        for row in repo.waiting_rows(session):
+        for row in rows:
             self.waiting.setdefault(row.queue, []).append(row.task)
             self.written[row.task.task_id] = row.message
-        self.last_actor = repo.last_actors(session)
+        self.last_actor = dict(last_actors)
         self.dirty = set(self.waiting)
         self.loaded = True
 
@@ -77,67 +77,55 @@ class ScheduleResult:
     messages_written: int = 0
 
 
+def choose(book: QueueBook, acquiring: Set[QueueKey]) -> list[tuple[QueueKey, WaitingTask]]:
+    """The next task of every queue whose slot is free in the database (pure)."""
+    chosen = []
+    for queue, tasks in book.waiting.items():
+        if tasks and queue not in acquiring:
+            task = pick_next(tasks, book.last_actor.get(queue))
+            if task is not None:
+                chosen.append((queue, task))
+    return chosen
+
+
 def schedule(
-    session: Session, book: QueueBook, slots: Slots, now: datetime, locale: Locale, lease_seconds: int
+    store: TaskStore,
+    book: QueueBook,
+    slots: Slots,
+    acquiring: Set[QueueKey],
+    say: Messages,
+    now: datetime,
+    lease_seconds: int,
 ) -> ScheduleResult:
     result = ScheduleResult()
-    busy = {p.queue for p in repo.progress_in(session, [repo.Phase.ACQUIRING])}
-    for queue, tasks in book.waiting.items():
-        if not tasks or queue in busy:
-            continue
-        chosen = pick_next(tasks, book.last_actor.get(queue))
-        if chosen is None:
-            continue
+    for queue, task in choose(book, acquiring):
         slots.ensure_limit(queue.slot_name)
         lease_id = slots.try_acquire(queue.slot_name, lease_seconds)
         if lease_id is None:
             result.slot_held.append(queue)
             continue
-        pick = _start_acquiring(session, queue, chosen, lease_id, now, locale)
-        if pick is None:
-            slots.release(lease_id)  # aborted between the read and now; the abort pass ends it
+        message = say(MessageKey.PROVISIONING_STARTED)
+        attempt = store.start_acquiring(task.task_id, queue, task.actor, lease_id, message, now)
+        if attempt is None:
+            slots.release(lease_id)  # aborted between the snapshot and now; the abort pass ends it
             continue
-        result.picks.append(pick)
-        book.last_actor[queue] = chosen.actor
+        result.picks.append(Pick(task.task_id, queue, lease_id, attempt))
+        book.last_actor[queue] = task.actor
     book.remove(p.task_id for p in result.picks)
-    result.messages_written = _refresh_messages(session, book, now, locale)
+    result.messages_written = _refresh_messages(store, book, say, now)
     return result
 
 
-def _start_acquiring(
-    session: Session, queue: QueueKey, chosen: WaitingTask, lease_id: str, now: datetime, locale: Locale
-) -> Pick | None:
-    progress = repo.get_progress(session, chosen.task_id)
-    attempt = (progress.attempt if progress else 0) + 1
-    message = render(MessageKey.PROVISIONING_STARTED, locale)
-    if not repo.update_task(
-        session, chosen.task_id, [Status.PENDING], now, reason=Reason.PROVISIONING, message=message
-    ):
-        return None
-    repo.update_progress(
-        session,
-        chosen.task_id,
-        now,
-        [repo.Phase.WAITING],
-        phase=repo.Phase.ACQUIRING,
-        lease_id=lease_id,
-        attempt=attempt,
-        acquire_run_id=None,
-    )
-    repo.record_pick(session, queue, chosen.actor, now)
-    return Pick(chosen.task_id, queue, lease_id, attempt)
-
-
-def _refresh_messages(session: Session, book: QueueBook, now: datetime, locale: Locale) -> int:
+def _refresh_messages(store: TaskStore, book: QueueBook, say: Messages, now: datetime) -> int:
     changed: dict[str, str] = {}
     for queue in book.dirty:
         for task_id, text in waiting_messages(
-            book.waiting.get(queue, []), book.last_actor.get(queue), locale
+            book.waiting.get(queue, []), book.last_actor.get(queue), say.locale
         ).items():
             if book.written.get(task_id) != text:
                 changed[task_id] = text
     book.dirty.clear()
     if changed:
-        repo.set_messages(session, changed, now)
+        store.set_waiting_messages(changed, now)
         book.written.update(changed)
     return len(changed)

@@ -4,68 +4,57 @@ Delete the Job (and the headless Service of a multi-host task), then keep the no
 waiting task of the same queue or delete it, then write the terminal status. A node-pool
 deletion that keeps failing does not change the outcome: its error is appended to the Message
 and the pool stays marked for the janitor.
+
+Waits: a transient error of a single call (the Job's deletion) is left to the release task's
+Prefect retries (the whole release is idempotent); the wait for GKE to delete a pool is owned
+by ``delete_pool``'s loop on the clock port.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
+from collections.abc import Sequence
 from datetime import timedelta
 
-from falcon.adapters.db import repository as repo
 from falcon.domain.errors import FalconError, NotFoundError, TemporaryError
 from falcon.domain.job_manifest import service_name_for
-from falcon.domain.messages import MessageKey, render
+from falcon.domain.lifecycle import Outcome, Phase, PoolState, aborted
+from falcon.domain.messages import MessageKey
 from falcon.domain.model import Cluster, QueueKey, Task, k8s_job_name_for
-from falcon.domain.scheduling import keep_pool_after_task
 from falcon.domain.status import Reason, Status
 from falcon.domain.topology import resolve_shape
-from falcon.services.context import Outcome, Services
+from falcon.services.context import Services
 
 
 def record_outcome(
-    services: Services, task_id: str, outcome: Outcome, from_phases: list[str], released_inline: bool = False
+    services: Services,
+    task_id: str,
+    outcome: Outcome,
+    from_phases: Sequence[Phase],
+    released_inline: bool = False,
 ) -> bool:
     """Remember how the task ends and move it to releasing; False if another step got there first.
 
     ``released_inline``: the acquiring run releases the task itself, so it is recorded as the
     release run too and the dispatcher starts no second one while it is alive."""
-    now = services.clock()
-    inline = {"release_run_id": repo.ACQUIRE_RUN} if released_inline else {}
-    with services.db() as session:
-        moved = repo.update_progress(
-            session,
-            task_id,
-            now,
-            from_phases,
-            **inline,
-            phase=repo.Phase.RELEASING,
-            outcome_status=outcome.status.value,
-            outcome_reason=outcome.reason.value if outcome.reason else None,
-            outcome_message=outcome.message,
-            lease_id=None,
-        )
-        if moved:
-            releasing = render(MessageKey.RELEASING, services.settings.message_locale)
-            repo.update_task(session, task_id, [Status.RUNNING], now, message=releasing)
-    return moved
+    return services.store.start_releasing(
+        task_id,
+        outcome,
+        from_phases,
+        services.say(MessageKey.RELEASING),
+        services.clock.now(),
+        released_inline=released_inline,
+    )
 
 
 def release(services: Services, task_id: str) -> Outcome:
     """Finish a task in phase releasing: Job, node pool, terminal status. Safe to run again."""
-    with services.db() as session:
-        task = repo.get_task(session, task_id)
-        progress = repo.get_progress(session, task_id)
-        cluster = repo.get_cluster(session, task.cluster_id) if task and task.cluster_id else None
-    if task is not None and progress is not None and progress.phase == repo.Phase.DONE:
+    task, cluster, progress = services.store.task_view_rows(task_id)
+    if task is not None and progress is not None and progress.phase is Phase.DONE:
         return Outcome(task.status, task.reason, task.message or "")  # released already: nothing to do
-    if task is None or progress is None or progress.phase != repo.Phase.RELEASING:
+    if task is None or progress is None or progress.phase is not Phase.RELEASING:
         raise FalconError(f"task {task_id} is not being released")
-    outcome = Outcome(
-        Status(progress.outcome_status or Status.FAILED.value),
-        Reason(progress.outcome_reason) if progress.outcome_reason else None,
-        progress.outcome_message or "",
-    )
+    outcome = progress.outcome or Outcome(Status.FAILED)
     pool_error = None
     if cluster is not None:
         if task.k8s_job_name:
@@ -75,22 +64,14 @@ def release(services: Services, task_id: str) -> Outcome:
         if task.node_pool_name and progress.queue:
             pool_error = keep_or_delete_pool(services, cluster, task.node_pool_name, progress.queue, task_id)
     if pool_error:
-        outcome = Outcome(
-            outcome.status,
-            outcome.reason,
-            render(
-                MessageKey.NODE_POOL_DELETE_FAILED,
-                services.settings.message_locale,
-                message=outcome.message,
-                detail=pool_error,
-            ),
-        )
+        text = services.say(MessageKey.NODE_POOL_DELETE_FAILED, message=outcome.message, detail=pool_error)
+        outcome = outcome.with_message(text)
     return write_outcome(services, task_id, outcome)
 
 
 def delete_job(services: Services, cluster: Cluster, job_name: str) -> None:
     with contextlib.suppress(NotFoundError):
-        services.gateways.jobs(cluster).delete_job(cluster.namespace, job_name)
+        services.jobs(cluster).delete_job(cluster.namespace, job_name)
 
 
 def _may_have_service(task: Task, outcome: Outcome) -> bool:
@@ -103,7 +84,7 @@ def _may_have_service(task: Task, outcome: Outcome) -> bool:
 def delete_service(services: Services, cluster: Cluster, name: str) -> None:
     """Delete a task's headless Service; one already gone is done (404)."""
     with contextlib.suppress(NotFoundError):
-        services.gateways.jobs(cluster).delete_service(cluster.namespace, name)
+        services.jobs(cluster).delete_service(cluster.namespace, name)
 
 
 def keep_or_delete_pool(
@@ -113,98 +94,50 @@ def keep_or_delete_pool(
 
     Only a pool that became ready (in_use) is kept: one still creating, or broken, would hand
     its failure to the next task."""
-    now = services.clock()
-    with services.db() as session:
-        if keep_pool_after_task(repo.waiting_count(session, queue), repo.idle_count(session, queue)):
-            kept = repo.update_pool(
-                session,
-                cluster.id,
-                pool,
-                now,
-                expect_state=[repo.PoolState.IN_USE],
-                expect_holder=task_id,
-                state=repo.PoolState.IDLE,
-                holder_task_id=None,
-                idle_since=now,
-            )
-            if kept:
-                return None
-        mine = repo.update_pool(
-            session,
-            cluster.id,
-            pool,
-            now,
-            expect_state=[repo.PoolState.IN_USE, repo.PoolState.CREATING],
-            expect_holder=task_id,
-            state=repo.PoolState.DELETING,
-            holder_task_id=None,
-        )
-        current = repo.get_pool(session, cluster.id, pool)
-    if not mine and (current is None or current.state != repo.PoolState.DELETING):
-        return None  # kept or handed on by an earlier attempt of this release: not this task's any more
+    store, now = services.store, services.clock.now()
+    if services.keep_pool(store.waiting_count(queue), store.idle_count(queue)) and store.keep_pool(
+        cluster.id, pool, task_id, now
+    ):
+        return None
+    if not store.start_deleting_pool(cluster.id, pool, task_id, now):
+        current = store.pool(cluster.id, pool)
+        if current is None or current.state is not PoolState.DELETING:
+            return None  # kept or handed on by an earlier attempt of this release: not this task's any more
     return delete_pool(services, cluster, pool)
 
 
 def delete_pool(services: Services, cluster: Cluster, pool: str) -> str | None:
-    """Delete and wait until GKE no longer knows the pool; retries while GKE is busy."""
-    deadline = services.clock() + timedelta(seconds=services.settings.node_pool_timeout_seconds)
-    gke, last_error = services.gateways.node_pools, None
-    requested = False
-    while services.clock() < deadline:
+    """Delete and wait until GKE no longer knows the pool; this loop owns GKE's busy answers."""
+    clock, gke = services.clock, services.node_pools
+    deadline = clock.now() + timedelta(seconds=services.settings.node_pool_timeout_seconds)
+    last_error, requested = None, False
+    while clock.now() < deadline:
         try:
             if not requested:
                 gke.delete(cluster, pool)
                 requested = True
             gke.get(cluster, pool)
         except NotFoundError:
-            with services.db() as session:
-                repo.update_pool(
-                    session, cluster.id, pool, services.clock(), state=repo.PoolState.DELETED, last_error=None
-                )
+            services.store.pool_deleted(cluster.id, pool, clock.now())
             return None
         except TemporaryError as exc:
             last_error = str(exc)
         except FalconError as exc:
             last_error = str(exc)
             break
-        time.sleep(services.settings.poll_seconds)
-    with services.db() as session:
-        repo.update_pool(session, cluster.id, pool, services.clock(), last_error=last_error or "timed out")
-    return last_error or "timed out"
+        clock.sleep(services.settings.poll_seconds)
+    last_error = last_error or "timed out"
+    services.store.pool_delete_failed(cluster.id, pool, last_error, clock.now())
+    return last_error
 
 
 def write_outcome(services: Services, task_id: str, outcome: Outcome) -> Outcome:
     """Terminal status, compare-and-set: an abort that arrived meanwhile wins as Aborted."""
-    now = services.clock()
-    locale = services.settings.message_locale
-    with services.db() as session:
-        aborted = repo.update_task(
-            session,
-            task_id,
-            [Status.ABORTING],
-            now,
-            status=Status.ABORTED,
-            reason=None,
-            message=render(MessageKey.ABORTED, locale),
-            aborted_at=now,
-            finished_at=now,
-        )
-        if aborted:
-            outcome = Outcome(Status.ABORTED, None, render(MessageKey.ABORTED, locale))
-        else:
-            # Succeeded only ever follows Running; a failure may end a task still Pending.
-            expect = (
-                [Status.RUNNING] if outcome.status is Status.SUCCEEDED else [Status.PENDING, Status.RUNNING]
-            )
-            repo.update_task(
-                session,
-                task_id,
-                expect,
-                now,
-                status=outcome.status,
-                reason=outcome.reason,
-                message=outcome.message,
-                finished_at=now,
-            )
-        repo.mark_done(session, task_id, now)
+    store, now = services.store, services.clock.now()
+    if store.finish(task_id, aborted(services.say), [Status.ABORTING], now):
+        return aborted(services.say)
+    # Succeeded only ever follows Running; a failure may end a task still Pending.
+    expect = [Status.RUNNING] if outcome.status is Status.SUCCEEDED else [Status.PENDING, Status.RUNNING]
+    if not store.finish(task_id, outcome, expect, now):
+        store.mark_done(task_id, now)  # the row was terminal already: only the progress row is behind
     return outcome

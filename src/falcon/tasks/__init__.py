@@ -1,4 +1,10 @@
-"""Prefect tasks: one service step each, retried only when the error says retrying can help."""
+"""Prefect tasks: one service step each.
+
+Each wait has one owner. Steps that make single calls (provision, submit, release) are retried
+by Prefect on TemporaryError (429, 5xx, GKE busy), with exponential backoff and jitter, and
+never for anything else. Steps that poll (pool ready, pods running) own their waits in a loop
+on the clock port until their deadline, so Prefect does not retry them on top.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +16,16 @@ from prefect.cache_policies import NO_CACHE
 from prefect.runtime import task_run
 from prefect.tasks import exponential_backoff
 
-from falcon.adapters.db.repository import Phase
-from falcon.bootstrap import gateways
+from falcon.bootstrap import services
 from falcon.domain.errors import TemporaryError
+from falcon.domain.lifecycle import Outcome, Phase, TaskView
 from falcon.services import acquisition, release
-from falcon.services.context import Outcome, Services, TaskView, load_task
-from falcon.settings import get_settings
+from falcon.services.acquisition import PoolChoice
+from falcon.services.context import load_view
 
 
 def retry_on_temporary(_task: Any, _run: Any, state: Any) -> bool:
-    """Retry a failed task run only for TemporaryError (429, 5xx, GKE busy), never for the rest."""
+    """Retry a failed task run only for TemporaryError, never for the rest."""
     try:
         state.result()
     except TemporaryError:
@@ -29,67 +35,59 @@ def retry_on_temporary(_task: Any, _run: Any, state: Any) -> bool:
     return False
 
 
-def services() -> Services:
-    return Services(get_settings(), gateways())
-
-
-_RETRIES: dict[str, Any] = {
-    "retries": 5,
+RETRIES = 5
+_RETRIED: dict[str, Any] = {
+    "retries": RETRIES,
     "retry_delay_seconds": exponential_backoff(2),
     "retry_jitter_factor": 0.5,
     "retry_condition_fn": retry_on_temporary,
     "cache_policy": NO_CACHE,
 }
+_ONCE: dict[str, Any] = {"cache_policy": NO_CACHE}
 
 
-@task(name="provision-node-pool", **_RETRIES)
-def provision_node_pool(task_id: str) -> str:
-    svc = services()
-    return acquisition.provision(svc, acquisition_view(svc, task_id), final_attempt=_final_attempt())
+@task(name="load-task", **_ONCE)
+def load_task(task_id: str) -> TaskView:
+    return load_view(services(), task_id)
+
+
+@task(name="provision-node-pool", **_RETRIED)
+def provision_node_pool(view: TaskView) -> PoolChoice:
+    return acquisition.provision(services(), view, final_attempt=_final_attempt())
 
 
 def _final_attempt() -> bool:
     """True on the last run Prefect will make of the current task (retries exhausted after it)."""
-    return int(task_run.run_count) > int(_RETRIES["retries"])
+    return int(task_run.run_count) > RETRIES
 
 
-@task(name="wait-node-pool-ready", **_RETRIES)
-def wait_node_pool_ready(task_id: str, pool: str, started_iso: str) -> None:
-    svc = services()
-    acquisition.wait_pool_ready(
-        svc, acquisition_view(svc, task_id), pool, datetime.fromisoformat(started_iso)
-    )
+@task(name="wait-node-pool-ready", **_ONCE)
+def wait_node_pool_ready(view: TaskView, choice: PoolChoice, started_iso: str) -> None:
+    acquisition.wait_pool_ready(services(), view, choice, datetime.fromisoformat(started_iso))
 
 
-@task(name="submit-job", **_RETRIES)
-def submit_job(task_id: str, pool: str) -> str:
-    svc = services()
-    return acquisition.dispatch(svc, acquisition_view(svc, task_id), pool)
+@task(name="submit-job", **_RETRIED)
+def submit_job(view: TaskView, pool: str) -> str:
+    return acquisition.dispatch(services(), view, pool)
 
 
-@task(name="wait-pods-running", **_RETRIES)
-def wait_pods_running(task_id: str, job_name: str) -> int:
-    svc = services()
-    return acquisition.wait_pods_running(svc, acquisition_view(svc, task_id), job_name)
+@task(name="wait-pods-running", **_ONCE)
+def wait_pods_running(view: TaskView, job_name: str) -> int:
+    return acquisition.wait_pods_running(services(), view, job_name)
 
 
-@task(name="mark-running", **_RETRIES)
-def mark_running(task_id: str, running: int) -> None:
-    svc = services()
-    acquisition.mark_running(svc, acquisition_view(svc, task_id), running)
+@task(name="mark-running", **_ONCE)
+def mark_running(view: TaskView, running: int) -> None:
+    acquisition.mark_running(services(), view, running)
 
 
-@task(name="record-outcome", **_RETRIES)
+@task(name="record-outcome", **_ONCE)
 def record_outcome(task_id: str, outcome: Outcome) -> bool:
     return release.record_outcome(
         services(), task_id, outcome, [Phase.ACQUIRING, Phase.RUNNING], released_inline=True
     )
 
 
-@task(name="release-task", **_RETRIES)
+@task(name="release-task", **_RETRIED)
 def release_task(task_id: str) -> str:
     return release.release(services(), task_id).status.value
-
-
-def acquisition_view(svc: Services, task_id: str) -> TaskView:
-    return load_task(svc, task_id)

@@ -1,14 +1,15 @@
 """Reads and writes of Falcon's tables. Every function takes the session; none commits.
 
-Writes to the upstream ``job`` row are compare-and-set on its current status
-(``update_task(..., expect=...)``): upstream may set Aborting at any moment, and a write that
-finds the row changed underneath it does nothing and reports False instead of losing the abort.
+Writes are named for what they mean (``mark_running``, ``finish``, ``keep_pool``...) and take
+typed arguments. Writes to the upstream ``job`` row are compare-and-set on its current status:
+upstream may set Aborting at any moment, and a write that finds the row changed underneath it
+does nothing and reports False instead of losing the abort. Every status and phase written is
+checked against the domain's transition tables first (design §9).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -23,30 +24,18 @@ from falcon.adapters.db.orm import (
     TaskProgressRow,
     Unreadable,
 )
-from falcon.domain.model import Cluster, ClusterStatus, QueueKey, Task
+from falcon.domain.lifecycle import (
+    NodePool,
+    Outcome,
+    Phase,
+    PoolState,
+    Progress,
+    WaitingRow,
+    check_phase_move,
+)
+from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey, Task
 from falcon.domain.scheduling import WaitingTask
 from falcon.domain.status import Reason, Status, check_transition
-
-
-class Phase:
-    """Values of falcon_task_progress.phase: Falcon's internal view of where a task is."""
-
-    WAITING = "waiting"  # in its queue
-    ACQUIRING = "acquiring"  # holds the queue slot: provisioning, dispatching, pods starting
-    RUNNING = "running"  # all pods ran; followed by the dispatcher's reconciliation
-    RELEASING = "releasing"  # outcome known; Job deletion and node-pool keep-or-delete under way
-    DONE = "done"  # terminal status written
-
-
-class PoolState:
-    """Values of falcon_node_pools.state."""
-
-    CREATING = "creating"  # name written ahead of the GKE create call
-    IN_USE = "in_use"  # held by holder_task_id
-    IDLE = "idle"  # kept for a waiting task of the same queue (delayed deletion)
-    DELETING = "deleting"
-    DELETED = "deleted"
-
 
 # -- clusters -----------------------------------------------------------------------------------
 
@@ -239,30 +228,172 @@ def new_tasks(session: Session, limit: int) -> list[Task]:
     return [_task(r) for r in session.scalars(query)]
 
 
-def update_task(
-    session: Session, task_id: str, expect: Iterable[Status], now: datetime, **values: Any
+_KEEP: Any = object()  # "leave this column as it is" in a status write
+
+
+def _write_task(
+    session: Session,
+    task_id: str,
+    expect: Sequence[Status],
+    now: datetime,
+    values: dict[Any, Any],
+    status: Status | None = None,
+    reason: Reason | None = _KEEP,
 ) -> bool:
     """Compare-and-set on the row's status; True if the row was in one of ``expect`` and changed.
 
-    Every status/reason Falcon writes is checked against the state machine first (design §9):
-    an illegal write is a bug in Falcon and raises before it reaches the row."""
-    expect = list(expect)
-    _check_write(expect, values)
-    values = {k: (v.value if isinstance(v, Status | Reason) else v) for k, v in values.items()}
+    A status or reason written is checked against the state machine first (design §9): an
+    illegal write is a bug in Falcon and raises before it reaches the row."""
+    if status is not None or reason is not _KEEP:
+        for current in expect:
+            check_transition(current, status or current, None if reason is _KEEP else reason)
+    if status is not None:
+        values[JobRow.status] = status.value
+    if reason is not _KEEP:
+        values[JobRow.reason] = reason.value if reason else None
+    values[JobRow.updated_at] = now
     result = session.execute(
         sa.update(JobRow)
         .where(JobRow.id == task_id, JobRow.status.in_([s.value for s in expect]))
-        .values(updated_at=now, **values)
+        .values(values)
         .execution_options(synchronize_session=False)
     )
     return bool(getattr(result, "rowcount", 0))
 
 
-def _check_write(expect: list[Status], values: dict[str, Any]) -> None:
-    if "status" not in values and "reason" not in values:
-        return
-    for current in expect:
-        check_transition(current, values.get("status", current), values.get("reason"))
+def note_pending(
+    session: Session,
+    task_id: str,
+    message: str,
+    now: datetime,
+    reason: Reason | None = None,
+    node_pool_name: str | None = None,
+) -> bool:
+    """A Pending row's Message, with its phase Reason and node pool when they change."""
+    values: dict[Any, Any] = {JobRow.message: message}
+    if node_pool_name is not None:
+        values[JobRow.node_pool_name] = node_pool_name
+    return _write_task(
+        session, task_id, [Status.PENDING], now, values, Status.PENDING if reason else None, reason or _KEEP
+    )
+
+
+def mark_dispatched(
+    session: Session, task_id: str, job_name: str, job_uid: str, message: str, now: datetime
+) -> bool:
+    """The Job is submitted: its name and uid, and dispatched_at (kept from an earlier attempt),
+    from which the timeout runs. False if the row is no longer Pending."""
+    values: dict[Any, Any] = {
+        JobRow.k8s_job_name: job_name,
+        JobRow.job_uid: job_uid,
+        JobRow.message: message,
+        JobRow.dispatched_at: sa.func.coalesce(JobRow.dispatched_at, now),
+    }
+    return _write_task(session, task_id, [Status.PENDING], now, values)
+
+
+def finish(session: Session, task_id: str, outcome: Outcome, expect: Sequence[Status], now: datetime) -> bool:
+    """The terminal write: status, reason, message, finished_at (aborted_at for an abort), and the
+    progress row marked done, in one transaction. False if the row was not in ``expect``."""
+    values: dict[Any, Any] = {JobRow.message: outcome.message, JobRow.finished_at: now}
+    if outcome.status is Status.ABORTED:
+        values[JobRow.aborted_at] = now
+    moved = _write_task(session, task_id, expect, now, values, outcome.status, outcome.reason)
+    if moved:
+        mark_done(session, task_id, now)
+    return moved
+
+
+def queue_task(session: Session, task_id: str, queue: QueueKey, now: datetime) -> bool:
+    """Intake: the row waits in ``queue`` (Pending/Waiting on its cluster) with a progress row."""
+    values: dict[Any, Any] = {JobRow.cluster_id: queue.cluster_id, JobRow.message: ""}
+    if not _write_task(session, task_id, [Status.PENDING], now, values, Status.PENDING, Reason.WAITING):
+        return False
+    check_phase_move(None, Phase.WAITING)
+    session.add(
+        TaskProgressRow(
+            task_id=task_id,
+            phase=Phase.WAITING.value,
+            cluster_id=queue.cluster_id,
+            topology=queue.topology,
+            attempt=0,
+            updated_at=now,
+        )
+    )
+    return True
+
+
+def start_acquiring(
+    session: Session, task_id: str, queue: QueueKey, actor: str, lease_id: str, message: str, now: datetime
+) -> int | None:
+    """The dispatcher picked the task and holds its queue's slot: Pending/Provisioning, phase
+    acquiring with the lease and a new attempt, and the queue's rotation. Returns the attempt."""
+    if not _write_task(
+        session,
+        task_id,
+        [Status.PENDING],
+        now,
+        {JobRow.message: message},
+        Status.PENDING,
+        Reason.PROVISIONING,
+    ):
+        return None
+    attempt = (
+        session.scalar(sa.select(TaskProgressRow.attempt).where(TaskProgressRow.task_id == task_id)) or 0
+    ) + 1
+    _move_progress(
+        session,
+        task_id,
+        [Phase.WAITING],
+        Phase.ACQUIRING,
+        now,
+        {
+            TaskProgressRow.lease_id: lease_id,
+            TaskProgressRow.attempt: attempt,
+            TaskProgressRow.acquire_run_id: None,
+        },
+    )
+    record_pick(session, queue, actor, now)
+    return attempt
+
+
+def mark_running(session: Session, task_id: str, message: str, now: datetime) -> bool:
+    """All pods run: Running, phase running, the lease dropped (the run releases the slot)."""
+    moved = _write_task(
+        session, task_id, [Status.PENDING], now, {JobRow.message: message}, Status.RUNNING, None
+    )
+    if moved:
+        _move_progress(
+            session, task_id, [Phase.ACQUIRING], Phase.RUNNING, now, {TaskProgressRow.lease_id: None}
+        )
+    return moved
+
+
+def start_releasing(
+    session: Session,
+    task_id: str,
+    outcome: Outcome,
+    from_phases: Sequence[Phase],
+    message: str,
+    now: datetime,
+    released_inline: bool = False,
+) -> bool:
+    """Remember the outcome and move to releasing; a Running row says so in its Message.
+
+    ``released_inline``: the acquiring run releases the task itself and is recorded as its
+    release run too. False if the task was not in ``from_phases`` (another step got there)."""
+    values: dict[Any, Any] = {
+        TaskProgressRow.outcome_status: outcome.status.value,
+        TaskProgressRow.outcome_reason: outcome.reason.value if outcome.reason else None,
+        TaskProgressRow.outcome_message: outcome.message,
+        TaskProgressRow.lease_id: None,
+    }
+    if released_inline:
+        values[TaskProgressRow.release_run_id] = TaskProgressRow.acquire_run_id
+    moved = _move_progress(session, task_id, from_phases, Phase.RELEASING, now, values)
+    if moved:
+        _write_task(session, task_id, [Status.RUNNING], now, {JobRow.message: message})
+    return moved
 
 
 def request_abort(session: Session, task_id: str, now: datetime) -> bool:
@@ -304,68 +435,41 @@ def set_messages(session: Session, messages: dict[str, str], now: datetime) -> i
     return len(items)
 
 
-def aborting_tasks(session: Session) -> list[tuple[Task, str | None]]:
+def aborting_tasks(session: Session) -> list[tuple[Task, Phase | None]]:
     """Rows upstream set to Aborting, with Falcon's phase for them (None: never taken in)."""
     query = (
         sa.select(JobRow, TaskProgressRow.phase)
         .outerjoin(TaskProgressRow, TaskProgressRow.task_id == JobRow.id)
         .where(JobRow.status == Status.ABORTING.value)
     )
-    return [(_task(row), phase) for row, phase in session.execute(query)]
+    return [(_task(row), Phase(phase) if phase else None) for row, phase in session.execute(query)]
+
+
+def tasks_by_id(session: Session, task_ids: Iterable[str]) -> dict[str, Task]:
+    wanted = sorted(set(task_ids))
+    if not wanted:
+        return {}
+    return {row.id: _task(row) for row in session.scalars(sa.select(JobRow).where(JobRow.id.in_(wanted)))}
 
 
 # -- Falcon's progress rows ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Progress:
-    task_id: str
-    phase: str
-    cluster_id: str | None
-    topology: str | None
-    lease_id: str | None
-    attempt: int
-    acquire_run_id: str | None
-    release_run_id: str | None
-    outcome_status: str | None
-    outcome_reason: str | None
-    outcome_message: str | None
-
-    @property
-    def queue(self) -> QueueKey | None:
-        if self.cluster_id is None or self.topology is None:
-            return None
-        return QueueKey(self.cluster_id, self.topology)
-
-
 def _progress(row: TaskProgressRow) -> Progress:
+    queue = QueueKey(row.cluster_id, row.topology) if row.cluster_id and row.topology else None
+    outcome = None
+    if row.outcome_status:
+        reason = Reason(row.outcome_reason) if row.outcome_reason else None
+        outcome = Outcome(Status(row.outcome_status), reason, row.outcome_message or "")
     return Progress(
         task_id=row.task_id,
-        phase=row.phase,
-        cluster_id=row.cluster_id,
-        topology=row.topology,
+        phase=Phase(row.phase),
+        queue=queue,
         lease_id=row.lease_id,
         attempt=row.attempt,
         acquire_run_id=row.acquire_run_id,
         release_run_id=row.release_run_id,
-        outcome_status=row.outcome_status,
-        outcome_reason=row.outcome_reason,
-        outcome_message=row.outcome_message,
-    )
-
-
-def start_progress(
-    session: Session, task_id: str, phase: str, now: datetime, queue: QueueKey | None = None
-) -> None:
-    session.add(
-        TaskProgressRow(
-            task_id=task_id,
-            phase=phase,
-            cluster_id=queue.cluster_id if queue else None,
-            topology=queue.topology if queue else None,
-            attempt=0,
-            updated_at=now,
-        )
+        outcome=outcome,
     )
 
 
@@ -374,38 +478,70 @@ def get_progress(session: Session, task_id: str) -> Progress | None:
     return _progress(row) if row else None
 
 
-def progress_in(session: Session, phases: Sequence[str]) -> list[Progress]:
-    query = sa.select(TaskProgressRow).where(TaskProgressRow.phase.in_(phases))
+def progress_in(session: Session, phases: Sequence[Phase]) -> list[Progress]:
+    query = sa.select(TaskProgressRow).where(TaskProgressRow.phase.in_([p.value for p in phases]))
     return [_progress(r) for r in session.scalars(query)]
 
 
-# Pass as a value to update_progress to copy the row's own acquire run id (a run releasing inline).
-ACQUIRE_RUN = TaskProgressRow.acquire_run_id
+def running_tasks(session: Session) -> list[tuple[Progress, Task]]:
+    """Every task in phase running with its row: one query, whatever their number."""
+    query = (
+        sa.select(TaskProgressRow, JobRow)
+        .join(JobRow, JobRow.id == TaskProgressRow.task_id)
+        .where(TaskProgressRow.phase == Phase.RUNNING.value)
+    )
+    return [(_progress(progress), _task(job)) for progress, job in session.execute(query)]
 
 
-def mark_done(session: Session, task_id: str, now: datetime) -> None:
-    """The task's terminal status is written: its progress row (created if it had none) says so."""
-    if not update_progress(session, task_id, now, phase=Phase.DONE, lease_id=None):
-        start_progress(session, task_id, Phase.DONE, now)
-
-
-def update_progress(
-    session: Session, task_id: str, now: datetime, expect_phase: Iterable[str] | None = None, **values: Any
+def _move_progress(
+    session: Session,
+    task_id: str,
+    from_phases: Sequence[Phase],
+    to: Phase,
+    now: datetime,
+    values: dict[Any, Any] | None = None,
 ) -> bool:
-    query = sa.update(TaskProgressRow).where(TaskProgressRow.task_id == task_id)
-    if expect_phase is not None:
-        query = query.where(TaskProgressRow.phase.in_(list(expect_phase)))
+    """Compare-and-set on the progress row's phase, checked against the phase moves first."""
+    for current in from_phases:
+        check_phase_move(current, to)
     result = session.execute(
-        query.values(updated_at=now, **values).execution_options(synchronize_session=False)
+        sa.update(TaskProgressRow)
+        .where(TaskProgressRow.task_id == task_id, TaskProgressRow.phase.in_([p.value for p in from_phases]))
+        .values({**(values or {}), TaskProgressRow.phase: to.value, TaskProgressRow.updated_at: now})
+        .execution_options(synchronize_session=False)
     )
     return bool(getattr(result, "rowcount", 0))
 
 
-@dataclass(frozen=True)
-class WaitingRow:
-    queue: QueueKey
-    task: WaitingTask
-    message: str | None
+def mark_done(session: Session, task_id: str, now: datetime) -> None:
+    """The task's terminal status is written: its progress row (created if it had none) says so."""
+    ending = [Phase.WAITING, Phase.RELEASING, Phase.DONE]
+    if _move_progress(session, task_id, ending, Phase.DONE, now, {TaskProgressRow.lease_id: None}):
+        return
+    row = session.get(TaskProgressRow, task_id)
+    check_phase_move(Phase(row.phase) if row else None, Phase.DONE)  # raises for a task mid-way
+    session.add(TaskProgressRow(task_id=task_id, phase=Phase.DONE.value, attempt=0, updated_at=now))
+
+
+def set_acquire_run(
+    session: Session,
+    task_id: str,
+    run_id: str,
+    now: datetime,
+    lease_id: str | None = None,
+    attempt: int | None = None,
+) -> bool:
+    """Record the lifecycle run started for an acquiring task (a restart also brings its new
+    lease and attempt)."""
+    values: dict[Any, Any] = {TaskProgressRow.acquire_run_id: run_id}
+    if attempt is not None:
+        values.update({TaskProgressRow.lease_id: lease_id, TaskProgressRow.attempt: attempt})
+    return _move_progress(session, task_id, [Phase.ACQUIRING], Phase.ACQUIRING, now, values)
+
+
+def set_release_run(session: Session, task_id: str, run_id: str, now: datetime) -> bool:
+    values: dict[Any, Any] = {TaskProgressRow.release_run_id: run_id}
+    return _move_progress(session, task_id, [Phase.RELEASING], Phase.RELEASING, now, values)
 
 
 def waiting_rows(session: Session) -> list[WaitingRow]:
@@ -421,7 +557,7 @@ def waiting_rows(session: Session) -> list[WaitingRow]:
             JobRow.message,
         )
         .join(JobRow, JobRow.id == TaskProgressRow.task_id)
-        .where(TaskProgressRow.phase == Phase.WAITING, JobRow.status == Status.PENDING.value)
+        .where(TaskProgressRow.phase == Phase.WAITING.value, JobRow.status == Status.PENDING.value)
     )
     return [
         WaitingRow(
@@ -440,7 +576,7 @@ def waiting_count(session: Session, queue: QueueKey) -> int:
         .where(
             TaskProgressRow.cluster_id == queue.cluster_id,
             TaskProgressRow.topology == queue.topology,
-            TaskProgressRow.phase == Phase.WAITING,
+            TaskProgressRow.phase == Phase.WAITING.value,
             JobRow.status == Status.PENDING.value,
         )
     )
@@ -451,10 +587,20 @@ def queue_lengths(session: Session) -> dict[QueueKey, int]:
     """Tasks waiting or acquiring, per queue: the load figure cluster choice compares."""
     query = (
         sa.select(TaskProgressRow.cluster_id, TaskProgressRow.topology, sa.func.count())
-        .where(TaskProgressRow.phase.in_([Phase.WAITING, Phase.ACQUIRING]))
+        .where(TaskProgressRow.phase.in_([Phase.WAITING.value, Phase.ACQUIRING.value]))
         .group_by(TaskProgressRow.cluster_id, TaskProgressRow.topology)
     )
     return {QueueKey(c or "", t or ""): n for c, t, n in session.execute(query)}
+
+
+def acquiring_queues(session: Session) -> set[QueueKey]:
+    """Queues whose slot a task holds in the database."""
+    query = (
+        sa.select(TaskProgressRow.cluster_id, TaskProgressRow.topology)
+        .where(TaskProgressRow.phase == Phase.ACQUIRING.value)
+        .distinct()
+    )
+    return {QueueKey(c or "", t or "") for c, t in session.execute(query)}
 
 
 # -- queue rotation ------------------------------------------------------------------------------
@@ -481,28 +627,15 @@ def record_pick(session: Session, queue: QueueKey, actor: str, now: datetime) ->
 # -- node pools ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class NodePool:
-    cluster_id: str
-    name: str
-    topology: str
-    machine_type: str
-    mode: str
-    reservation: str | None
-    state: str
-    holder_task_id: str | None
-    idle_since: datetime | None
-
-
 def _pool(row: NodePoolRow) -> NodePool:
     return NodePool(
         cluster_id=row.cluster_id,
         name=row.name,
         topology=row.topology,
         machine_type=row.machine_type,
-        mode=row.mode,
+        mode=ProvisioningMode(row.mode),
         reservation=row.reservation,
-        state=row.state,
+        state=PoolState(row.state),
         holder_task_id=row.holder_task_id,
         idle_since=row.idle_since,
     )
@@ -513,9 +646,25 @@ def get_pool(session: Session, cluster_id: str, name: str) -> NodePool | None:
     return _pool(row) if row else None
 
 
-def pools_in(session: Session, states: Sequence[str]) -> list[NodePool]:
-    query = sa.select(NodePoolRow).where(NodePoolRow.state.in_(states)).order_by(NodePoolRow.created_at)
+def pools_in(session: Session, states: Sequence[PoolState]) -> list[NodePool]:
+    query = (
+        sa.select(NodePoolRow)
+        .where(NodePoolRow.state.in_([s.value for s in states]))
+        .order_by(NodePoolRow.created_at)
+    )
     return [_pool(r) for r in session.scalars(query)]
+
+
+def held_pool(session: Session, cluster_id: str, task_id: str) -> NodePool | None:
+    """The pool a task holds (being created for it, or in use by it), if any."""
+    row = session.scalar(
+        sa.select(NodePoolRow).where(
+            NodePoolRow.cluster_id == cluster_id,
+            NodePoolRow.holder_task_id == task_id,
+            NodePoolRow.state.in_([PoolState.CREATING.value, PoolState.IN_USE.value]),
+        )
+    )
+    return _pool(row) if row else None
 
 
 def write_ahead_pool(session: Session, pool: NodePool, now: datetime) -> None:
@@ -528,9 +677,9 @@ def write_ahead_pool(session: Session, pool: NodePool, now: datetime) -> None:
             name=pool.name,
             topology=pool.topology,
             machine_type=pool.machine_type,
-            mode=pool.mode,
+            mode=pool.mode.value,
             reservation=pool.reservation,
-            state=pool.state,
+            state=pool.state.value,
             holder_task_id=pool.holder_task_id,
             idle_since=None,
             created_at=now,
@@ -539,55 +688,101 @@ def write_ahead_pool(session: Session, pool: NodePool, now: datetime) -> None:
     )
 
 
-def update_pool(
+def _move_pool(
     session: Session,
     cluster_id: str,
     name: str,
     now: datetime,
-    expect_state: Iterable[str] | None = None,
+    values: dict[Any, Any],
+    expect_states: Sequence[PoolState] | None = None,
     expect_holder: str | None = None,
-    **values: Any,
 ) -> bool:
     query = sa.update(NodePoolRow).where(NodePoolRow.cluster_id == cluster_id, NodePoolRow.name == name)
-    if expect_state is not None:
-        query = query.where(NodePoolRow.state.in_(list(expect_state)))
+    if expect_states is not None:
+        query = query.where(NodePoolRow.state.in_([s.value for s in expect_states]))
     if expect_holder is not None:
         query = query.where(NodePoolRow.holder_task_id == expect_holder)
     result = session.execute(
-        query.values(updated_at=now, **values).execution_options(synchronize_session=False)
+        query.values({**values, NodePoolRow.updated_at: now}).execution_options(synchronize_session=False)
     )
     return bool(getattr(result, "rowcount", 0))
+
+
+def pool_ready(session: Session, cluster_id: str, name: str, now: datetime) -> None:
+    _move_pool(
+        session, cluster_id, name, now, {NodePoolRow.state: PoolState.IN_USE.value}, [PoolState.CREATING]
+    )
+
+
+def keep_pool(session: Session, cluster_id: str, name: str, holder: str, now: datetime) -> bool:
+    """Delayed deletion: the holder's ready pool goes idle for the queue's next task."""
+    values: dict[Any, Any] = {
+        NodePoolRow.state: PoolState.IDLE.value,
+        NodePoolRow.holder_task_id: None,
+        NodePoolRow.idle_since: now,
+    }
+    return _move_pool(session, cluster_id, name, now, values, [PoolState.IN_USE], holder)
+
+
+def start_deleting_pool(
+    session: Session, cluster_id: str, name: str, holder: str | None, now: datetime
+) -> bool:
+    """The holder's pool (being created or in use), or with ``holder`` None an idle one, is to go."""
+    expect = [PoolState.IN_USE, PoolState.CREATING] if holder is not None else [PoolState.IDLE]
+    values: dict[Any, Any] = {NodePoolRow.state: PoolState.DELETING.value, NodePoolRow.holder_task_id: None}
+    return _move_pool(session, cluster_id, name, now, values, expect, holder)
+
+
+def pool_deleted(session: Session, cluster_id: str, name: str, now: datetime) -> None:
+    values: dict[Any, Any] = {NodePoolRow.state: PoolState.DELETED.value, NodePoolRow.last_error: None}
+    _move_pool(session, cluster_id, name, now, values)
+
+
+def pool_delete_failed(session: Session, cluster_id: str, name: str, error: str, now: datetime) -> None:
+    _move_pool(session, cluster_id, name, now, {NodePoolRow.last_error: error})
 
 
 def idle_count(session: Session, queue: QueueKey) -> int:
     query = sa.select(sa.func.count()).where(
         NodePoolRow.cluster_id == queue.cluster_id,
         NodePoolRow.topology == queue.topology,
-        NodePoolRow.state == PoolState.IDLE,
+        NodePoolRow.state == PoolState.IDLE.value,
     )
     return int(session.scalar(query) or 0)
 
 
 def claim_idle_pool(session: Session, queue: QueueKey, task_id: str, now: datetime) -> NodePool | None:
     """Hand the oldest idle pool of this queue to ``task_id``; None if there is none to take."""
+    values: dict[Any, Any] = {
+        NodePoolRow.state: PoolState.IN_USE.value,
+        NodePoolRow.holder_task_id: task_id,
+        NodePoolRow.idle_since: None,
+    }
     for row in session.scalars(
         sa.select(NodePoolRow)
         .where(
             NodePoolRow.cluster_id == queue.cluster_id,
             NodePoolRow.topology == queue.topology,
-            NodePoolRow.state == PoolState.IDLE,
+            NodePoolRow.state == PoolState.IDLE.value,
         )
         .order_by(NodePoolRow.idle_since)
     ):
-        if update_pool(
-            session,
-            row.cluster_id,
-            row.name,
-            now,
-            expect_state=[PoolState.IDLE],
-            state=PoolState.IN_USE,
-            holder_task_id=task_id,
-            idle_since=None,
-        ):
+        if _move_pool(session, row.cluster_id, row.name, now, values, [PoolState.IDLE]):
             return get_pool(session, row.cluster_id, row.name)
     return None
+
+
+def task_view_rows(session: Session, task_id: str) -> tuple[Task | None, Cluster | None, Progress | None]:
+    """A task with its cluster and progress row, in one query."""
+    query = (
+        sa.select(JobRow, ClusterRow, TaskProgressRow)
+        .outerjoin(ClusterRow, ClusterRow.id == JobRow.cluster_id)
+        .outerjoin(TaskProgressRow, TaskProgressRow.task_id == JobRow.id)
+        .where(JobRow.id == task_id)
+        .execution_options(populate_existing=True)
+    )
+    found = session.execute(query).first()
+    if found is None:
+        return None, None, None
+    job, cluster, progress = found
+    return _task(job), _cluster(cluster) if cluster else None, _progress(progress) if progress else None

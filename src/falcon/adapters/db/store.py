@@ -1,0 +1,198 @@
+"""The task store port over SQLAlchemy: each call one short transaction, or all calls inside
+``cluster_locked`` one transaction holding the cluster's row lock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from falcon.adapters.db import repository as repo
+from falcon.adapters.db.session import session_scope
+from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState, Progress, Snapshot
+from falcon.domain.model import Cluster, QueueKey, Task
+from falcon.domain.status import Reason, Status
+
+
+class SqlTaskStore:
+    def __init__(self, url: str, session: Session | None = None) -> None:
+        self._url = url
+        self._session = session
+
+    @contextmanager
+    def _tx(self) -> Iterator[Session]:
+        if self._session is not None:
+            yield self._session
+        else:
+            with session_scope(self._url) as session:
+                yield session
+
+    @contextmanager
+    def cluster_locked(self, cluster_id: str) -> Iterator[SqlTaskStore]:
+        with session_scope(self._url) as session:
+            repo.lock_cluster(session, cluster_id)
+            yield SqlTaskStore(self._url, session)
+
+    # -- reads
+
+    def snapshot(self, intake_batch: int, with_book: bool) -> Snapshot:
+        with self._tx() as s:
+            new = repo.new_tasks(s, intake_batch)
+            return Snapshot(
+                new_tasks=new,
+                aborting=repo.aborting_tasks(s),
+                acquiring_queues=repo.acquiring_queues(s),
+                clusters=repo.list_clusters(s) if new else [],
+                queue_lengths=repo.queue_lengths(s) if new else {},
+                idle_pools=repo.pools_in(s, [PoolState.IDLE]) if new else [],
+                waiting=repo.waiting_rows(s) if with_book else None,
+                last_actors=repo.last_actors(s) if with_book else None,
+            )
+
+    def task(self, task_id: str) -> Task | None:
+        with self._tx() as s:
+            return repo.get_task(s, task_id)
+
+    def task_view_rows(self, task_id: str) -> tuple[Task | None, Cluster | None, Progress | None]:
+        with self._tx() as s:
+            return repo.task_view_rows(s, task_id)
+
+    def tasks(self, task_ids: Iterable[str]) -> dict[str, Task]:
+        with self._tx() as s:
+            return repo.tasks_by_id(s, task_ids)
+
+    def clusters(self) -> list[Cluster]:
+        with self._tx() as s:
+            return repo.list_clusters(s)
+
+    def progress_in(self, phases: Sequence[Phase]) -> list[Progress]:
+        with self._tx() as s:
+            return repo.progress_in(s, phases)
+
+    def running_tasks(self) -> list[tuple[Progress, Task]]:
+        with self._tx() as s:
+            return repo.running_tasks(s)
+
+    def waiting_count(self, queue: QueueKey) -> int:
+        with self._tx() as s:
+            return repo.waiting_count(s, queue)
+
+    def idle_count(self, queue: QueueKey) -> int:
+        with self._tx() as s:
+            return repo.idle_count(s, queue)
+
+    def pool(self, cluster_id: str, name: str) -> NodePool | None:
+        with self._tx() as s:
+            return repo.get_pool(s, cluster_id, name)
+
+    def pools_in(self, states: Sequence[PoolState]) -> list[NodePool]:
+        with self._tx() as s:
+            return repo.pools_in(s, states)
+
+    def held_pool(self, cluster_id: str, task_id: str) -> NodePool | None:
+        with self._tx() as s:
+            return repo.held_pool(s, cluster_id, task_id)
+
+    # -- task writes
+
+    def queue_task(self, task_id: str, queue: QueueKey, now: datetime) -> bool:
+        with self._tx() as s:
+            return repo.queue_task(s, task_id, queue, now)
+
+    def finish(self, task_id: str, outcome: Outcome, expect: Sequence[Status], now: datetime) -> bool:
+        with self._tx() as s:
+            return repo.finish(s, task_id, outcome, expect, now)
+
+    def mark_done(self, task_id: str, now: datetime) -> None:
+        with self._tx() as s:
+            repo.mark_done(s, task_id, now)
+
+    def start_acquiring(
+        self, task_id: str, queue: QueueKey, actor: str, lease_id: str, message: str, now: datetime
+    ) -> int | None:
+        with self._tx() as s:
+            return repo.start_acquiring(s, task_id, queue, actor, lease_id, message, now)
+
+    def set_acquire_run(
+        self,
+        task_id: str,
+        run_id: str,
+        now: datetime,
+        lease_id: str | None = None,
+        attempt: int | None = None,
+    ) -> bool:
+        with self._tx() as s:
+            return repo.set_acquire_run(s, task_id, run_id, now, lease_id, attempt)
+
+    def set_release_run(self, task_id: str, run_id: str, now: datetime) -> bool:
+        with self._tx() as s:
+            return repo.set_release_run(s, task_id, run_id, now)
+
+    def set_waiting_messages(self, messages: Mapping[str, str], now: datetime) -> int:
+        with self._tx() as s:
+            return repo.set_messages(s, dict(messages), now)
+
+    def note_pending(
+        self,
+        task_id: str,
+        message: str,
+        now: datetime,
+        reason: Reason | None = None,
+        node_pool_name: str | None = None,
+    ) -> bool:
+        with self._tx() as s:
+            return repo.note_pending(s, task_id, message, now, reason, node_pool_name)
+
+    def mark_dispatched(
+        self, task_id: str, job_name: str, job_uid: str, message: str, now: datetime
+    ) -> bool:
+        with self._tx() as s:
+            return repo.mark_dispatched(s, task_id, job_name, job_uid, message, now)
+
+    def mark_running(self, task_id: str, message: str, now: datetime) -> bool:
+        with self._tx() as s:
+            return repo.mark_running(s, task_id, message, now)
+
+    def start_releasing(
+        self,
+        task_id: str,
+        outcome: Outcome,
+        from_phases: Sequence[Phase],
+        message: str,
+        now: datetime,
+        released_inline: bool = False,
+    ) -> bool:
+        with self._tx() as s:
+            return repo.start_releasing(s, task_id, outcome, from_phases, message, now, released_inline)
+
+    # -- node-pool writes
+
+    def write_ahead_pool(self, pool: NodePool, now: datetime) -> None:
+        with self._tx() as s:
+            repo.write_ahead_pool(s, pool, now)
+
+    def claim_idle_pool(self, queue: QueueKey, task_id: str, now: datetime) -> NodePool | None:
+        with self._tx() as s:
+            return repo.claim_idle_pool(s, queue, task_id, now)
+
+    def pool_ready(self, cluster_id: str, name: str, now: datetime) -> None:
+        with self._tx() as s:
+            repo.pool_ready(s, cluster_id, name, now)
+
+    def keep_pool(self, cluster_id: str, name: str, holder: str, now: datetime) -> bool:
+        with self._tx() as s:
+            return repo.keep_pool(s, cluster_id, name, holder, now)
+
+    def start_deleting_pool(self, cluster_id: str, name: str, holder: str | None, now: datetime) -> bool:
+        with self._tx() as s:
+            return repo.start_deleting_pool(s, cluster_id, name, holder, now)
+
+    def pool_deleted(self, cluster_id: str, name: str, now: datetime) -> None:
+        with self._tx() as s:
+            repo.pool_deleted(s, cluster_id, name, now)
+
+    def pool_delete_failed(self, cluster_id: str, name: str, error: str, now: datetime) -> None:
+        with self._tx() as s:
+            repo.pool_delete_failed(s, cluster_id, name, error, now)

@@ -1,0 +1,167 @@
+"""Where a task is inside Falcon, and how it ends: phases, pools, outcomes, the timeout rule.
+
+``Status`` (status.py) is what upstream sees on the row; ``Phase`` is Falcon's own progress
+record beside it. Both have a transition table, and every write is checked against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from falcon.domain.messages import MessageKey, Messages
+from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, Task, TaskSpec
+from falcon.domain.scheduling import WaitingTask
+from falcon.domain.status import Reason, Status
+from falcon.domain.topology import SliceShape
+
+
+class Phase(StrEnum):
+    """Values of falcon_task_progress.phase."""
+
+    WAITING = "waiting"  # in its queue
+    ACQUIRING = "acquiring"  # holds the queue slot: provisioning, dispatching, pods starting
+    RUNNING = "running"  # all pods ran; followed by the dispatcher's reconciliation
+    RELEASING = "releasing"  # outcome known; Job deletion and node-pool keep-or-delete under way
+    DONE = "done"  # terminal status written
+
+
+# Moves Falcon makes. None is "no progress row yet": intake queues a task or ends it at once.
+# Staying in a phase is allowed where a step records more about it (run ids, attempts).
+PHASE_MOVES: dict[Phase | None, frozenset[Phase]] = {
+    None: frozenset({Phase.WAITING, Phase.DONE}),
+    Phase.WAITING: frozenset({Phase.ACQUIRING, Phase.DONE}),
+    Phase.ACQUIRING: frozenset({Phase.ACQUIRING, Phase.RUNNING, Phase.RELEASING}),
+    Phase.RUNNING: frozenset({Phase.RELEASING}),
+    Phase.RELEASING: frozenset({Phase.RELEASING, Phase.DONE}),
+    Phase.DONE: frozenset({Phase.DONE}),
+}
+
+
+class IllegalPhaseMoveError(ValueError):
+    pass
+
+
+def check_phase_move(current: Phase | None, new: Phase) -> None:
+    """Raise unless Falcon may move a progress row from ``current`` to ``new``."""
+    if new not in PHASE_MOVES[current]:
+        raise IllegalPhaseMoveError(f"phase {current} -> {new} is not a move Falcon makes")
+
+
+class PoolState(StrEnum):
+    """Values of falcon_node_pools.state."""
+
+    CREATING = "creating"  # name written ahead of the GKE create call
+    IN_USE = "in_use"  # held by holder_task_id
+    IDLE = "idle"  # kept for a waiting task of the same queue (delayed deletion)
+    DELETING = "deleting"
+    DELETED = "deleted"
+
+
+LIVE_POOL_STATES = (PoolState.CREATING, PoolState.IN_USE, PoolState.IDLE, PoolState.DELETING)
+
+
+@dataclass(frozen=True)
+class NodePool:
+    """Falcon's record of a node pool it created (written before GKE is asked)."""
+
+    cluster_id: str
+    name: str
+    topology: str
+    machine_type: str
+    mode: ProvisioningMode
+    reservation: str | None
+    state: PoolState
+    holder_task_id: str | None
+    idle_since: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a task ends; written to the row once Job and node pool are dealt with."""
+
+    status: Status
+    reason: Reason | None = None
+    message: str = ""
+
+    def with_message(self, message: str) -> Outcome:
+        return Outcome(self.status, self.reason, message)
+
+
+def aborted(say: Messages) -> Outcome:
+    return Outcome(Status.ABORTED, None, say(MessageKey.ABORTED))
+
+
+def succeeded(say: Messages) -> Outcome:
+    return Outcome(Status.SUCCEEDED, None, say(MessageKey.SUCCEEDED))
+
+
+def failed(say: Messages, reason: Reason, key: MessageKey, **params: object) -> Outcome:
+    return Outcome(Status.FAILED, reason, say(key, **params))
+
+
+class TaskEnded(Exception):
+    """Acquisition stops here: the task failed, timed out or was aborted."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(f"{outcome.status} {outcome.reason or ''} {outcome.message}".strip())
+        self.outcome = outcome
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Falcon's progress row of one task."""
+
+    task_id: str
+    phase: Phase
+    queue: QueueKey | None
+    lease_id: str | None = None
+    attempt: int = 0
+    acquire_run_id: str | None = None
+    release_run_id: str | None = None
+    outcome: Outcome | None = None  # set when the task moved to releasing
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """A task with everything resolved that its steps need; loaded once per run."""
+
+    task: Task
+    spec: TaskSpec
+    shape: SliceShape
+    cluster: Cluster
+
+    @property
+    def queue(self) -> QueueKey:
+        return QueueKey(self.cluster.id, self.shape.topology)
+
+
+def timed_out(dispatched_at: datetime | None, timeout_seconds: int | None, now: datetime) -> bool:
+    """Design §4: the timeout runs from dispatched_at (Job submitted), pods pending included."""
+    if dispatched_at is None or not timeout_seconds:
+        return False
+    return now >= dispatched_at + timedelta(seconds=timeout_seconds)
+
+
+@dataclass(frozen=True)
+class WaitingRow:
+    """A waiting task with its queue and the Message last written on its row."""
+
+    queue: QueueKey
+    task: WaitingTask
+    message: str | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one dispatcher tick reads, in one short transaction, before it decides anything."""
+
+    new_tasks: list[Task]
+    aborting: list[tuple[Task, Phase | None]]
+    acquiring_queues: set[QueueKey]
+    clusters: list[Cluster]  # with queue_lengths and idle_pools: read only when new_tasks came
+    queue_lengths: dict[QueueKey, int]
+    idle_pools: list[NodePool]
+    waiting: list[WaitingRow] | None = None  # only when the queue book is (re)loaded
+    last_actors: dict[QueueKey, str] | None = None
