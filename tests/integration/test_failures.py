@@ -3,6 +3,8 @@ and leaves no Job and no node pool behind (nothing waits in the queue in these t
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from falcon.adapters.clock import utc_now

@@ -145,9 +145,7 @@ class SqlTaskStore:
         with self._tx() as s:
             return repo.note_pending(s, task_id, message, now, reason, node_pool_name)
 
-    def mark_dispatched(
-        self, task_id: str, job_name: str, job_uid: str, message: str, now: datetime
-    ) -> bool:
+    def mark_dispatched(self, task_id: str, job_name: str, job_uid: str, message: str, now: datetime) -> bool:
         with self._tx() as s:
             return repo.mark_dispatched(s, task_id, job_name, job_uid, message, now)
 
