@@ -209,11 +209,8 @@ def wait_pool_ready(services: Services, view: TaskView, choice: PoolChoice, star
             still = status.status if status else "unknown"
             detail = f"GKE kept refusing: {refusal}" if refusal else f"node pool {choice.name} still {still}"
             raise _timeout(services, detail)
-        clock.sleep(
-            min(refusal.delay or services.settings.poll_seconds, MAX_REFUSAL_WAIT)
-            if refusal
-            else services.settings.poll_seconds
-        )
+        busy_for = refusal.delay if refusal is not None else None  # GKE's Retry-After, if it said
+        clock.sleep(min(busy_for, MAX_REFUSAL_WAIT) if busy_for else services.settings.poll_seconds)
 
 
 def _try_create(services: Services, view: TaskView, plan: NodePoolPlan) -> TemporaryError | None:

@@ -104,8 +104,12 @@ def schedule(
         if lease_id is None:
             result.slot_held.append(queue)
             continue
-        message = say(MessageKey.PROVISIONING_STARTED)
-        attempt = store.start_acquiring(task.task_id, queue, task.actor, lease_id, message, now)
+        try:
+            message = say(MessageKey.PROVISIONING_STARTED)
+            attempt = store.start_acquiring(task.task_id, queue, task.actor, lease_id, message, now)
+        except BaseException:
+            slots.release(lease_id)  # the pick was not recorded: nobody may hold its slot
+            raise
         if attempt is None:
             slots.release(lease_id)  # aborted between the snapshot and now; the abort pass ends it
             continue

@@ -61,12 +61,20 @@ def release(services: Services, task_id: str) -> Outcome:
             delete_job(services, cluster, task.k8s_job_name)
         if _may_have_service(task, outcome):
             delete_service(services, cluster, service_name_for(k8s_job_name_for(task_id)))
-        if task.node_pool_name and progress.queue:
-            pool_error = keep_or_delete_pool(services, cluster, task.node_pool_name, progress.queue, task_id)
+        pool = task.node_pool_name or _held_pool(services, cluster, task_id)
+        if pool and progress.queue:
+            pool_error = keep_or_delete_pool(services, cluster, pool, progress.queue, task_id)
     if pool_error:
         text = services.say(MessageKey.NODE_POOL_DELETE_FAILED, message=outcome.message, detail=pool_error)
         outcome = outcome.with_message(text)
     return write_outcome(services, task_id, outcome)
+
+
+def _held_pool(services: Services, cluster: Cluster, task_id: str) -> str | None:
+    """A pool recorded for the task whose name never reached its row: an abort landed between
+    the pool's record (write-ahead, or an idle pool's claim) and the row's compare-and-set."""
+    held = services.store.held_pool(cluster.id, task_id)
+    return held.name if held else None
 
 
 def delete_job(services: Services, cluster: Cluster, job_name: str) -> None:

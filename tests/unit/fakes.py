@@ -1,0 +1,1049 @@
+"""In-memory fakes of every port in ``falcon.services.ports``, a fixed clock, and ``make_services``.
+
+The store mirrors ``falcon.adapters.db.repository`` write by write: compare-and-set on the row's
+status, phase moves checked with ``check_phase_move``, status writes checked with
+``check_transition``, pool moves guarded by expected state and holder, and every call one
+transaction (rolled back when it raises). The GKE and Kubernetes fakes are scripted per object
+and record their calls; they do nothing the real APIs would not do.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from falcon.domain.errors import ConflictError, NotFoundError, PermanentError, TemporaryError
+from falcon.domain.job_manifest import TASK_ID_ANNOTATION
+from falcon.domain.lifecycle import (
+    NodePool,
+    Outcome,
+    Phase,
+    PoolState,
+    Progress,
+    Snapshot,
+    TaskView,
+    WaitingRow,
+    check_phase_move,
+)
+from falcon.domain.messages import Locale
+from falcon.domain.model import Cluster, ClusterStatus, QueueKey, Task
+from falcon.domain.node_pools import NodePoolPlan, PoolStatus, ReservationRef
+from falcon.domain.scheduling import ReservationCapacity, WaitingTask
+from falcon.domain.status import Reason, Status, check_transition
+from falcon.domain.workloads import ClusterEvent, FalconService, JobState, PodState
+from falcon.services import acquisition
+from falcon.services.context import Services, load_view
+from falcon.settings import Settings
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+# -- clock ----------------------------------------------------------------------------------------
+
+
+class FakeClock:
+    """Time stands still until a test (or a step's sleep) advances it; nothing really sleeps."""
+
+    MAX_SLEEPS = 20_000  # a step still polling after this many waits would loop forever
+
+    def __init__(self, now: datetime = T0) -> None:
+        self._now = now
+        self._monotonic = 0.0
+        self.sleeps: list[float] = []
+
+    def now(self) -> datetime:
+        return self._now
+
+    def monotonic(self) -> float:
+        return self._monotonic
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        if len(self.sleeps) > self.MAX_SLEEPS:
+            raise RuntimeError(f"still waiting after {self.MAX_SLEEPS} sleeps: the step never ends")
+        self.advance(seconds)
+
+    def advance(self, seconds: float) -> None:
+        self._now += timedelta(seconds=seconds)
+        self._monotonic += seconds
+
+
+# -- task store -----------------------------------------------------------------------------------
+
+_KEEP: Any = object()  # "leave the reason as it is", as in repository._write_task
+
+
+class MemoryTaskStore:
+    """The TaskStore port over dicts of immutable rows, with the SQL store's semantics."""
+
+    def __init__(self, clock: FakeClock | None = None) -> None:
+        self.clock = clock or FakeClock()
+        self._lock = threading.RLock()
+        self._depth = 0
+        self.rows: dict[str, Task] = {}
+        self.job_uids: dict[str, str] = {}
+        self.progress: dict[str, Progress] = {}
+        self.pools: dict[tuple[str, str], NodePool] = {}
+        self.pool_errors: dict[tuple[str, str], str | None] = {}
+        self.cluster_rows: dict[str, Cluster] = {}
+        self.rotation: dict[QueueKey, str] = {}
+        self.calls: list[tuple[str, str]] = []  # (method, task id or pool name) of every write
+
+    # -- transactions: one per call, or one for everything inside cluster_locked
+
+    @contextmanager
+    def _tx(self) -> Iterator[None]:
+        with self._lock:
+            saved = self._state() if self._depth == 0 else None
+            self._depth += 1
+            try:
+                yield
+            except BaseException:
+                if saved is not None:
+                    self._restore(saved)
+                raise
+            finally:
+                self._depth -= 1
+
+    def _state(self) -> tuple[dict[Any, Any], ...]:
+        return tuple(
+            dict(d)
+            for d in (self.rows, self.job_uids, self.progress, self.pools, self.pool_errors, self.rotation)
+        )
+
+    def _restore(self, saved: tuple[dict[Any, Any], ...]) -> None:
+        for current, old in zip(
+            (self.rows, self.job_uids, self.progress, self.pools, self.pool_errors, self.rotation),
+            saved,
+            strict=True,
+        ):
+            current.clear()
+            current.update(old)
+
+    @contextmanager
+    def cluster_locked(self, cluster_id: str) -> Iterator[MemoryTaskStore]:
+        with self._tx():
+            yield self
+
+    # -- what upstream (and the CLI) do ------------------------------------------------------
+
+    def add_cluster(self, cluster: Cluster) -> Cluster:
+        self.cluster_rows[cluster.id] = cluster
+        return cluster
+
+    def insert_task(
+        self,
+        task_id: str,
+        *,
+        actor: str = "alice",
+        name: str | None = None,
+        tpu_type: str = "v6e",
+        spec: Any = None,
+        timeout_seconds: int | None = None,
+        created_at: datetime | None = None,
+    ) -> Task:
+        """A new row the way upstream writes it: Pending, reason NULL."""
+        task = Task(
+            id=task_id,
+            actor=actor,
+            name=name or f"job-{task_id}",
+            tpu_type=tpu_type,
+            spec=spec if spec is not None else spec_for("2x2"),
+            timeout_seconds=timeout_seconds,
+            status=Status.PENDING,
+            reason=None,
+            message=None,
+            cluster_id=None,
+            node_pool_name=None,
+            k8s_job_name=None,
+            created_at=created_at or self.clock.now(),
+        )
+        with self._tx():
+            if task_id in self.rows:
+                raise ValueError(f"duplicate task id {task_id}")
+            self.rows[task_id] = task
+        return task
+
+    def request_abort(self, task_id: str, now: datetime | None = None) -> bool:
+        """Upstream's write: Pending or Running -> Aborting with aborting_at."""
+        now = now or self.clock.now()
+        with self._tx():
+            row = self.rows.get(task_id)
+            if row is None or row.status not in (Status.PENDING, Status.RUNNING):
+                return False
+            self.rows[task_id] = replace(row, status=Status.ABORTING, aborting_at=now)
+            return True
+
+    def add_pool(self, pool: NodePool) -> None:
+        """Seed a pool record as it is (write_ahead_pool always writes idle_since NULL)."""
+        self.pools[(pool.cluster_id, pool.name)] = pool
+
+    def pool_error(self, cluster_id: str, name: str) -> str | None:
+        return self.pool_errors.get((cluster_id, name))
+
+    def writes(self, method: str, key: str | None = None) -> int:
+        return sum(1 for m, k in self.calls if m == method and (key is None or k == key))
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def snapshot(self, intake_batch: int, with_book: bool) -> Snapshot:
+        with self._tx():
+            new = sorted(
+                (t for t in self.rows.values() if t.status is Status.PENDING and t.reason is None),
+                key=lambda t: (t.created_at, t.id),
+            )[:intake_batch]
+            return Snapshot(
+                new_tasks=new,
+                aborting=[
+                    (t, self.progress[t.id].phase if t.id in self.progress else None)
+                    for t in self.rows.values()
+                    if t.status is Status.ABORTING
+                ],
+                acquiring_queues={_queue(p) for p in self.progress.values() if p.phase is Phase.ACQUIRING},
+                clusters=self.clusters() if new else [],
+                queue_lengths=self._queue_lengths() if new else {},
+                idle_pools=self.pools_in([PoolState.IDLE]) if new else [],
+                waiting=self._waiting_rows() if with_book else None,
+                last_actors=dict(self.rotation) if with_book else None,
+            )
+
+    def _queue_lengths(self) -> dict[QueueKey, int]:
+        lengths: dict[QueueKey, int] = {}
+        for p in self.progress.values():
+            if p.phase in (Phase.WAITING, Phase.ACQUIRING):
+                lengths[_queue(p)] = lengths.get(_queue(p), 0) + 1
+        return lengths
+
+    def _waiting_rows(self) -> list[WaitingRow]:
+        rows = []
+        for p in self.progress.values():
+            task = self.rows.get(p.task_id)
+            if p.phase is Phase.WAITING and task is not None and task.status is Status.PENDING:
+                waiting = WaitingTask(task.id, task.actor, task.name, task.created_at)
+                rows.append(WaitingRow(_queue(p), waiting, task.message))
+        return rows
+
+    def task(self, task_id: str) -> Task | None:
+        return self.rows.get(task_id)
+
+    def task_view_rows(self, task_id: str) -> tuple[Task | None, Cluster | None, Progress | None]:
+        with self._tx():
+            task = self.rows.get(task_id)
+            if task is None:
+                return None, None, None
+            cluster = self.cluster_rows.get(task.cluster_id) if task.cluster_id else None
+            return task, cluster, self.progress.get(task_id)
+
+    def tasks(self, task_ids: Iterable[str]) -> dict[str, Task]:
+        return {i: self.rows[i] for i in set(task_ids) if i in self.rows}
+
+    def clusters(self) -> list[Cluster]:
+        return sorted(self.cluster_rows.values(), key=lambda c: c.name)
+
+    def progress_in(self, phases: Sequence[Phase]) -> list[Progress]:
+        return [p for p in self.progress.values() if p.phase in phases]
+
+    def running_tasks(self) -> list[tuple[Progress, Task]]:
+        return [
+            (p, self.rows[p.task_id])
+            for p in self.progress.values()
+            if p.phase is Phase.RUNNING and p.task_id in self.rows
+        ]
+
+    def waiting_count(self, queue: QueueKey) -> int:
+        return sum(1 for row in self._waiting_rows() if row.queue == queue)
+
+    def idle_count(self, queue: QueueKey) -> int:
+        return sum(1 for p in self._pools_of(queue) if p.state is PoolState.IDLE)
+
+    def pool(self, cluster_id: str, name: str) -> NodePool | None:
+        return self.pools.get((cluster_id, name))
+
+    def pools_in(self, states: Sequence[PoolState]) -> list[NodePool]:
+        return [p for p in self.pools.values() if p.state in states]  # dicts keep creation order
+
+    def held_pool(self, cluster_id: str, task_id: str) -> NodePool | None:
+        return next(
+            (
+                p
+                for p in self.pools.values()
+                if p.cluster_id == cluster_id
+                and p.holder_task_id == task_id
+                and p.state in (PoolState.CREATING, PoolState.IN_USE)
+            ),
+            None,
+        )
+
+    def _pools_of(self, queue: QueueKey) -> list[NodePool]:
+        return [
+            p for p in self.pools.values() if (p.cluster_id, p.topology) == (queue.cluster_id, queue.topology)
+        ]
+
+    # -- task writes --------------------------------------------------------------------------
+
+    def _write_task(
+        self,
+        task_id: str,
+        expect: Sequence[Status],
+        values: dict[str, Any],
+        status: Status | None = None,
+        reason: Reason | None = _KEEP,
+    ) -> bool:
+        """Compare-and-set on the row's status; the status and reason written are checked first."""
+        if status is not None or reason is not _KEEP:
+            for current in expect:
+                check_transition(current, status or current, None if reason is _KEEP else reason)
+        if status is not None:
+            values["status"] = status
+        if reason is not _KEEP:
+            values["reason"] = reason
+        row = self.rows.get(task_id)
+        if row is None or row.status not in expect:
+            return False
+        self.rows[task_id] = replace(row, **values)
+        return True
+
+    def _move_progress(
+        self,
+        task_id: str,
+        from_phases: Sequence[Phase],
+        to: Phase,
+        values: dict[str, Any] | None = None,
+    ) -> bool:
+        for current in from_phases:
+            check_phase_move(current, to)
+        row = self.progress.get(task_id)
+        if row is None or row.phase not in from_phases:
+            return False
+        self.progress[task_id] = replace(row, **(values or {}), phase=to)
+        return True
+
+    def queue_task(self, task_id: str, queue: QueueKey, now: datetime) -> bool:
+        self.calls.append(("queue_task", task_id))
+        with self._tx():
+            values = {"cluster_id": queue.cluster_id, "message": ""}
+            if not self._write_task(task_id, [Status.PENDING], values, Status.PENDING, Reason.WAITING):
+                return False
+            check_phase_move(None, Phase.WAITING)
+            if task_id in self.progress:
+                raise ValueError(f"progress row of {task_id} exists already (primary key)")
+            self.progress[task_id] = Progress(task_id, Phase.WAITING, queue)
+            return True
+
+    def finish(self, task_id: str, outcome: Outcome, expect: Sequence[Status], now: datetime) -> bool:
+        self.calls.append(("finish", task_id))
+        with self._tx():
+            values: dict[str, Any] = {"message": outcome.message, "finished_at": now}
+            if outcome.status is Status.ABORTED:
+                values["aborted_at"] = now
+            moved = self._write_task(task_id, expect, values, outcome.status, outcome.reason)
+            if moved:
+                self._mark_done(task_id)
+            return moved
+
+    def mark_done(self, task_id: str, now: datetime) -> None:
+        self.calls.append(("mark_done", task_id))
+        with self._tx():
+            self._mark_done(task_id)
+
+    def _mark_done(self, task_id: str) -> None:
+        ending = [Phase.WAITING, Phase.RELEASING, Phase.DONE]
+        if self._move_progress(task_id, ending, Phase.DONE, {"lease_id": None}):
+            return
+        row = self.progress.get(task_id)
+        check_phase_move(row.phase if row else None, Phase.DONE)  # raises for a task mid-way
+        self.progress[task_id] = Progress(task_id, Phase.DONE, None)
+
+    def start_acquiring(
+        self, task_id: str, queue: QueueKey, actor: str, lease_id: str, message: str, now: datetime
+    ) -> int | None:
+        self.calls.append(("start_acquiring", task_id))
+        with self._tx():
+            if not self._write_task(
+                task_id, [Status.PENDING], {"message": message}, Status.PENDING, Reason.PROVISIONING
+            ):
+                return None
+            row = self.progress.get(task_id)
+            attempt = (row.attempt if row else 0) + 1
+            values = {"lease_id": lease_id, "attempt": attempt, "acquire_run_id": None}
+            self._move_progress(task_id, [Phase.WAITING], Phase.ACQUIRING, values)
+            self.rotation[queue] = actor
+            return attempt
+
+    def set_acquire_run(
+        self,
+        task_id: str,
+        run_id: str,
+        now: datetime,
+        lease_id: str | None = None,
+        attempt: int | None = None,
+    ) -> bool:
+        self.calls.append(("set_acquire_run", task_id))
+        values: dict[str, Any] = {"acquire_run_id": run_id}
+        if attempt is not None:
+            values.update(lease_id=lease_id, attempt=attempt)
+        with self._tx():
+            return self._move_progress(task_id, [Phase.ACQUIRING], Phase.ACQUIRING, values)
+
+    def set_release_run(self, task_id: str, run_id: str, now: datetime) -> bool:
+        self.calls.append(("set_release_run", task_id))
+        with self._tx():
+            return self._move_progress(
+                task_id, [Phase.RELEASING], Phase.RELEASING, {"release_run_id": run_id}
+            )
+
+    def set_waiting_messages(self, messages: Mapping[str, str], now: datetime) -> int:
+        with self._tx():
+            for task_id, text in messages.items():
+                self.calls.append(("set_waiting_messages", task_id))
+                row = self.rows.get(task_id)
+                if row is not None and row.status is Status.PENDING and row.reason is Reason.WAITING:
+                    self.rows[task_id] = replace(row, message=text)
+            return len(messages)
+
+    def note_pending(
+        self,
+        task_id: str,
+        message: str,
+        now: datetime,
+        reason: Reason | None = None,
+        node_pool_name: str | None = None,
+    ) -> bool:
+        self.calls.append(("note_pending", task_id))
+        values: dict[str, Any] = {"message": message}
+        if node_pool_name is not None:
+            values["node_pool_name"] = node_pool_name
+        with self._tx():
+            return self._write_task(
+                task_id, [Status.PENDING], values, Status.PENDING if reason else None, reason or _KEEP
+            )
+
+    def mark_dispatched(self, task_id: str, job_name: str, job_uid: str, message: str, now: datetime) -> bool:
+        self.calls.append(("mark_dispatched", task_id))
+        with self._tx():
+            row = self.rows.get(task_id)
+            dispatched_at = (row.dispatched_at if row else None) or now  # coalesce(dispatched_at, now)
+            values = {"k8s_job_name": job_name, "message": message, "dispatched_at": dispatched_at}
+            if not self._write_task(task_id, [Status.PENDING], values):
+                return False
+            self.job_uids[task_id] = job_uid
+            return True
+
+    def mark_running(self, task_id: str, message: str, now: datetime) -> bool:
+        self.calls.append(("mark_running", task_id))
+        with self._tx():
+            moved = self._write_task(task_id, [Status.PENDING], {"message": message}, Status.RUNNING, None)
+            if moved:
+                self._move_progress(task_id, [Phase.ACQUIRING], Phase.RUNNING, {"lease_id": None})
+            return moved
+
+    def start_releasing(
+        self,
+        task_id: str,
+        outcome: Outcome,
+        from_phases: Sequence[Phase],
+        message: str,
+        now: datetime,
+        released_inline: bool = False,
+    ) -> bool:
+        self.calls.append(("start_releasing", task_id))
+        with self._tx():
+            values: dict[str, Any] = {"outcome": outcome, "lease_id": None}
+            row = self.progress.get(task_id)
+            if released_inline and row is not None:
+                values["release_run_id"] = row.acquire_run_id
+            moved = self._move_progress(task_id, from_phases, Phase.RELEASING, values)
+            if moved:
+                self._write_task(task_id, [Status.RUNNING], {"message": message})
+            return moved
+
+    # -- node-pool writes ---------------------------------------------------------------------
+
+    def write_ahead_pool(self, pool: NodePool, now: datetime) -> None:
+        self.calls.append(("write_ahead_pool", pool.name))
+        with self._tx():
+            self.pools.setdefault((pool.cluster_id, pool.name), replace(pool, idle_since=None))
+
+    def _move_pool(
+        self,
+        cluster_id: str,
+        name: str,
+        values: dict[str, Any],
+        expect_states: Sequence[PoolState] | None = None,
+        expect_holder: str | None = None,
+    ) -> bool:
+        row = self.pools.get((cluster_id, name))
+        if row is None:
+            return False
+        if expect_states is not None and row.state not in expect_states:
+            return False
+        if expect_holder is not None and row.holder_task_id != expect_holder:
+            return False
+        self.pools[(cluster_id, name)] = replace(row, **values)
+        return True
+
+    def claim_idle_pool(self, queue: QueueKey, task_id: str, now: datetime) -> NodePool | None:
+        self.calls.append(("claim_idle_pool", task_id))
+        with self._tx():
+            idle = [p for p in self._pools_of(queue) if p.state is PoolState.IDLE]
+            for p in sorted(idle, key=lambda p: p.idle_since or now):
+                values = {"state": PoolState.IN_USE, "holder_task_id": task_id, "idle_since": None}
+                if self._move_pool(p.cluster_id, p.name, values, [PoolState.IDLE]):
+                    return self.pools[(p.cluster_id, p.name)]
+            return None
+
+    def pool_ready(self, cluster_id: str, name: str, now: datetime) -> None:
+        self.calls.append(("pool_ready", name))
+        with self._tx():
+            self._move_pool(cluster_id, name, {"state": PoolState.IN_USE}, [PoolState.CREATING])
+
+    def keep_pool(self, cluster_id: str, name: str, holder: str, now: datetime) -> bool:
+        self.calls.append(("keep_pool", name))
+        values = {"state": PoolState.IDLE, "holder_task_id": None, "idle_since": now}
+        with self._tx():
+            return self._move_pool(cluster_id, name, values, [PoolState.IN_USE], holder)
+
+    def start_deleting_pool(self, cluster_id: str, name: str, holder: str | None, now: datetime) -> bool:
+        self.calls.append(("start_deleting_pool", name))
+        expect = [PoolState.IN_USE, PoolState.CREATING] if holder is not None else [PoolState.IDLE]
+        with self._tx():
+            values = {"state": PoolState.DELETING, "holder_task_id": None}
+            return self._move_pool(cluster_id, name, values, expect, holder)
+
+    def pool_deleted(self, cluster_id: str, name: str, now: datetime) -> None:
+        self.calls.append(("pool_deleted", name))
+        with self._tx():
+            if self._move_pool(cluster_id, name, {"state": PoolState.DELETED}):
+                self.pool_errors[(cluster_id, name)] = None
+
+    def pool_delete_failed(self, cluster_id: str, name: str, error: str, now: datetime) -> None:
+        self.calls.append(("pool_delete_failed", name))
+        with self._tx():
+            if (cluster_id, name) in self.pools:
+                self.pool_errors[(cluster_id, name)] = error
+
+
+def _queue(progress: Progress) -> QueueKey:
+    return progress.queue or QueueKey("", "")
+
+
+# -- GKE node pools -------------------------------------------------------------------------------
+
+
+@dataclass
+class PoolScript:
+    """How one pool behaves in GKE once created."""
+
+    polls_to_ready: int = 0  # get() answers PROVISIONING this many times, then RUNNING
+    error: str | None = None  # ERROR with this detail instead of becoming ready
+    never_ready: bool = False
+    operation_error: str | None = None  # the failed create operation's text (stockout, quota)
+
+
+@dataclass
+class _GkePool:
+    plan: NodePoolPlan | None
+    script: PoolScript
+    polls: int = 0
+
+
+class FakeNodePools:
+    """GKE's node pools by (cluster id, name), each with a scripted life."""
+
+    def __init__(self) -> None:
+        self.pools: dict[tuple[str, str], _GkePool] = {}
+        self.scripts: dict[str, PoolScript] = {}
+        self.create_failures: deque[Exception] = deque()
+        self.delete_failures: deque[Exception] = deque()
+        self.calls: list[tuple[str, str]] = []  # (method, pool name)
+        self.plans: list[NodePoolPlan] = []
+
+    # -- scripting
+    def script(self, name: str, **behaviour: Any) -> PoolScript:
+        self.scripts[name] = PoolScript(**behaviour)
+        return self.scripts[name]
+
+    def refuse_create(self, times: int, delay: float | None = None) -> None:
+        """GKE busy with another operation on the cluster (FAILED_PRECONDITION, retried)."""
+        for _ in range(times):
+            self.create_failures.append(TemporaryError("cluster is running another operation", delay=delay))
+
+    def fail_create(self, message: str) -> None:
+        self.create_failures.append(PermanentError(message))
+
+    def fail_delete(self, error: Exception, times: int = 1) -> None:
+        self.delete_failures.extend([error] * times)
+
+    def add_existing(self, cluster: Cluster, name: str, **behaviour: Any) -> None:
+        """A pool GKE already has (created earlier, manually, or by a lost run)."""
+        self.pools[(cluster.id, name)] = _GkePool(None, PoolScript(**behaviour))
+
+    def count(self, method: str, name: str | None = None) -> int:
+        return sum(1 for m, n in self.calls if m == method and (name is None or n == name))
+
+    # -- the port
+    def create(self, cluster: Cluster, plan: NodePoolPlan) -> str:
+        self.calls.append(("create", plan.name))
+        if self.create_failures:
+            raise self.create_failures.popleft()
+        if (cluster.id, plan.name) in self.pools:
+            raise ConflictError(f"node pool {plan.name} already exists")
+        self.plans.append(plan)
+        self.pools[(cluster.id, plan.name)] = _GkePool(plan, self.scripts.get(plan.name, PoolScript()))
+        return f"operation-create-{plan.name}"
+
+    def get(self, cluster: Cluster, name: str) -> PoolStatus:
+        self.calls.append(("get", name))
+        pool = self.pools.get((cluster.id, name))
+        if pool is None:
+            raise NotFoundError(f"node pool {name} not found")
+        pool.polls += 1
+        if pool.script.error is not None:
+            return PoolStatus(name, "ERROR", pool.script.error)
+        if pool.script.never_ready or pool.polls <= pool.script.polls_to_ready:
+            return PoolStatus(name, "PROVISIONING", "")
+        return PoolStatus(name, "RUNNING", "")
+
+    def list_names(self, cluster: Cluster) -> list[str]:
+        self.calls.append(("list_names", cluster.id))
+        return [name for cluster_id, name in self.pools if cluster_id == cluster.id]
+
+    def delete(self, cluster: Cluster, name: str) -> str:
+        self.calls.append(("delete", name))
+        if self.delete_failures:
+            raise self.delete_failures.popleft()
+        if (cluster.id, name) not in self.pools:
+            raise NotFoundError(f"node pool {name} not found")
+        del self.pools[(cluster.id, name)]
+        return f"operation-delete-{name}"
+
+    def create_error(self, cluster: Cluster, pool_name: str) -> str | None:
+        pool = self.pools.get((cluster.id, pool_name))
+        script = pool.script if pool else self.scripts.get(pool_name)
+        return script.operation_error if script else None
+
+
+# -- Compute reservations and TPU7x workload policies ----------------------------------------------
+
+
+class FakeReservations:
+    """Reservation capacity per (reference, zone); an unknown one is 404 as in Compute."""
+
+    def __init__(self) -> None:
+        self.answers: dict[tuple[ReservationRef, str], ReservationCapacity | Exception] = {}
+        self.calls: list[tuple[ReservationRef, str]] = []
+
+    def set(self, ref: ReservationRef, zone: str, answer: ReservationCapacity | Exception) -> None:
+        self.answers[(ref, zone)] = answer
+
+    def capacity(self, ref: ReservationRef, zone: str) -> ReservationCapacity:
+        self.calls.append((ref, zone))
+        answer = self.answers.get((ref, zone))
+        if answer is None:
+            raise NotFoundError(f"reservation {ref.name} not found in {ref.project}/{zone}")
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+class FakeWorkloadPolicies:
+    def __init__(self) -> None:
+        self.ensured: list[tuple[str, str, str, str]] = []
+        self.error: Exception | None = None
+
+    def ensure(self, project: str, region: str, name: str, topology: str) -> None:
+        self.ensured.append((project, region, name, topology))
+        if self.error is not None:
+            raise self.error
+
+
+# -- Kubernetes ----------------------------------------------------------------------------------
+
+
+@dataclass
+class JobScript:
+    """How a Job's pods behave; polls are get_job calls."""
+
+    running_after: int = 0  # pods Pending for this many polls, then Running
+    never_running: bool = False
+    waiting_reason: str | None = None  # while Pending: ContainerCreating, ImagePullBackOff...
+    waiting_message: str = ""
+    complete: bool = False
+    failed_condition: str | None = None
+    terminated: list[tuple[str, int]] = field(default_factory=list)
+    not_created: int = 0  # pods the Job controller may not create (FailedCreate: quota, no KSA)
+
+
+@dataclass
+class _Job:
+    namespace: str
+    manifest: dict[str, Any]
+    uid: str
+    created_at: datetime
+    script: JobScript
+    polls: int = 0
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest["metadata"]["name"])
+
+    @property
+    def parallelism(self) -> int:
+        return int(self.manifest["spec"].get("parallelism", 1))
+
+    @property
+    def created(self) -> int:
+        return self.parallelism - self.script.not_created
+
+    @property
+    def running(self) -> bool:
+        s = self.script
+        return not (s.complete or s.failed_condition or s.never_running) and self.polls > s.running_after
+
+    def pods(self) -> list[PodState]:
+        s = self.script
+        if s.complete:
+            return [
+                PodState(f"{self.name}-{i}", "Succeeded", job_name=self.name) for i in range(self.parallelism)
+            ]
+        if s.failed_condition:
+            return [
+                PodState(f"{self.name}-{i}", "Failed", terminated=list(s.terminated), job_name=self.name)
+                for i in range(self.parallelism)
+            ]
+        phase = "Running" if self.running else "Pending"
+        reason = None if self.running else s.waiting_reason
+        message = "" if self.running else s.waiting_message
+        return [
+            PodState(f"{self.name}-{i}", phase, reason, [], None, message, self.created_at, self.name)
+            for i in range(self.created)
+        ]
+
+    def state(self) -> JobState:
+        s, n = self.script, self.parallelism
+        running = self.created if self.running else 0
+        return JobState(
+            name=self.name,
+            uid=self.uid,
+            parallelism=n,
+            active=0 if (s.complete or s.failed_condition) else self.created,
+            ready=running,
+            succeeded=n if s.complete else 0,
+            failed=n if s.failed_condition else 0,
+            complete=s.complete,
+            failed_condition=s.failed_condition,
+            task_id=self.manifest["metadata"].get("annotations", {}).get(TASK_ID_ANNOTATION),
+        )
+
+
+class FakeClusterJobs:
+    """One cluster's Kubernetes API: Jobs with scripted pods, Services, Warning events."""
+
+    _uids = itertools.count(1)
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.namespaces: set[str] = set()
+        self.jobs: dict[tuple[str, str], _Job] = {}
+        self.services: dict[tuple[str, str], dict[str, Any]] = {}
+        self.events: list[tuple[str, ClusterEvent]] = []
+        self.scripts: dict[str, JobScript] = {}
+        self.create_failures: deque[Exception] = deque()
+        self.calls: list[tuple[str, str]] = []  # (method, object name)
+
+    # -- scripting
+    def script(self, job_name: str, **behaviour: Any) -> JobScript:
+        """Script a Job before it is created; after that, ``job(name).script`` changes it."""
+        self.scripts[job_name] = JobScript(**behaviour)
+        return self.scripts[job_name]
+
+    def job(self, name: str) -> _Job:
+        return next(j for j in self.jobs.values() if j.name == name)
+
+    def warn(self, namespace: str, event: ClusterEvent) -> None:
+        self.events.append((namespace, event))
+
+    def count(self, method: str, name: str | None = None) -> int:
+        return sum(1 for m, n in self.calls if m == method and (name is None or n == name))
+
+    # -- the port
+    def ensure_namespace(self, namespace: str) -> None:
+        self.calls.append(("ensure_namespace", namespace))
+        self.namespaces.add(namespace)
+
+    def create_job(self, namespace: str, manifest: dict[str, Any]) -> str:
+        name = manifest["metadata"]["name"]
+        self.calls.append(("create_job", name))
+        if self.create_failures:
+            raise self.create_failures.popleft()
+        if (namespace, name) in self.jobs:
+            raise ConflictError(f'jobs.batch "{name}" already exists')
+        uid = f"uid-{next(self._uids)}"
+        script = self.scripts.get(name, JobScript())
+        self.jobs[(namespace, name)] = _Job(namespace, manifest, uid, self.clock.now(), script)
+        return uid
+
+    def get_job(self, namespace: str, name: str) -> JobState:
+        self.calls.append(("get_job", name))
+        job = self.jobs.get((namespace, name))
+        if job is None:
+            raise NotFoundError(f'jobs.batch "{name}" not found')
+        job.polls += 1
+        return job.state()
+
+    def list_jobs(self, namespace: str, label_selector: str) -> list[JobState]:
+        self.calls.append(("list_jobs", namespace))
+        key, _, value = label_selector.partition("=")
+        return [
+            j.state()
+            for (ns, _), j in self.jobs.items()
+            if ns == namespace and j.manifest["metadata"].get("labels", {}).get(key) == value
+        ]
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        self.calls.append(("delete_job", name))
+        if self.jobs.pop((namespace, name), None) is None:
+            raise NotFoundError(f'jobs.batch "{name}" not found')
+
+    def ensure_service(self, namespace: str, manifest: dict[str, Any]) -> None:
+        self.calls.append(("ensure_service", manifest["metadata"]["name"]))
+        self.services[(namespace, manifest["metadata"]["name"])] = manifest
+
+    def delete_service(self, namespace: str, name: str) -> None:
+        self.calls.append(("delete_service", name))
+        if self.services.pop((namespace, name), None) is None:
+            raise NotFoundError(f'services "{name}" not found')
+
+    def falcon_services(self, namespace: str) -> list[FalconService]:
+        return [
+            FalconService(name, m["metadata"].get("annotations", {}).get(TASK_ID_ANNOTATION))
+            for (ns, name), m in self.services.items()
+            if ns == namespace
+        ]
+
+    def warning_events(self, namespace: str) -> list[ClusterEvent]:
+        self.calls.append(("warning_events", namespace))
+        return [e for ns, e in self.events if ns == namespace]
+
+    def falcon_pods(self, namespace: str) -> list[PodState]:
+        return [p for (ns, _), j in self.jobs.items() if ns == namespace for p in j.pods()]
+
+    def job_pods(self, namespace: str, job_name: str) -> list[PodState]:
+        self.calls.append(("job_pods", job_name))
+        job = self.jobs.get((namespace, job_name))
+        return job.pods() if job else []
+
+
+class FakeJobsOf:
+    """``JobsOf``: the Kubernetes API of each cluster, made on first use."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.by_cluster: dict[str, FakeClusterJobs] = {}
+
+    def __call__(self, cluster: Cluster) -> FakeClusterJobs:
+        return self[cluster.id]
+
+    def __getitem__(self, cluster_id: str) -> FakeClusterJobs:
+        return self.by_cluster.setdefault(cluster_id, FakeClusterJobs(self.clock))
+
+
+# -- queue slots and flow runs ---------------------------------------------------------------------
+
+
+class FakeSlots:
+    """Global concurrency limits of 1 per name, with leases."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self.limits: set[str] = set()
+        self.leases: dict[str, str] = {}  # lease id -> slot name
+        self.released: list[str] = []
+        self.resets: list[str] = []
+        self.on_acquire: list[Any] = []  # callables run inside try_acquire (to race a write)
+
+    def holder(self, name: str) -> str | None:
+        return next((lease for lease, slot in self.leases.items() if slot == name), None)
+
+    def ensure_limit(self, name: str) -> None:
+        self.limits.add(name)
+
+    def try_acquire(self, name: str, lease_seconds: int) -> str | None:
+        for hook in self.on_acquire:
+            hook(name)
+        with self._lock:
+            if name not in self.limits:
+                raise PermanentError(f"concurrency limit {name!r} does not exist")  # as PrefectSlots
+            if self.holder(name) is not None:
+                return None
+            lease = f"lease-{next(self._ids)}"
+            self.leases[lease] = name
+            return lease
+
+    def renew(self, lease_id: str, lease_seconds: int) -> bool:
+        return lease_id in self.leases
+
+    def release(self, lease_id: str) -> None:
+        with self._lock:
+            self.released.append(lease_id)
+            self.leases.pop(lease_id, None)
+
+    def reset(self, name: str) -> None:
+        with self._lock:
+            self.resets.append(name)
+            for lease in [lease for lease, slot in self.leases.items() if slot == name]:
+                del self.leases[lease]
+
+
+class FakeLauncher:
+    """Records the runs it starts; a started run is alive until ``end`` says otherwise."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self.acquires: list[tuple[str, str, int]] = []  # (task id, lease id, attempt)
+        self.releases: list[tuple[str, int]] = []
+        self.alive: set[str] = set()
+
+    def start_acquire(self, task_id: str, lease_id: str, attempt: int) -> str:
+        with self._lock:
+            run = f"run-acquire-{next(self._ids)}"
+            self.acquires.append((task_id, lease_id, attempt))
+            self.alive.add(run)
+            return run
+
+    def start_release(self, task_id: str, attempt: int) -> str:
+        with self._lock:
+            run = f"run-release-{next(self._ids)}"
+            self.releases.append((task_id, attempt))
+            self.alive.add(run)
+            return run
+
+    def end(self, run_id: str) -> None:
+        self.alive.discard(run_id)
+
+    def is_alive(self, run_id: str) -> bool:
+        return run_id in self.alive
+
+
+# -- wiring ---------------------------------------------------------------------------------------
+
+
+class _ExplicitSettings(Settings):
+    """Settings from the arguments only: no FALCON_* environment, no dotenv."""
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, **_sources):  # type: ignore[no-untyped-def,override]
+        return (init_settings,)
+
+
+TEST_SETTINGS: dict[str, Any] = {
+    "message_locale": Locale.EN,
+    "tick_seconds": 0.1,
+    "reconcile_seconds": 1.0,
+    "queue_refresh_seconds": 30.0,
+    "intake_batch": 500,
+    "slot_lease_seconds": 300,
+    "node_pool_timeout_seconds": 600,
+    "kept_pool_grace_seconds": 120,
+    "orphan_scan_seconds": 300.0,
+    "poll_seconds": 1.0,
+    "api_timeout_seconds": 5.0,
+    "image_pull_grace_seconds": 60.0,
+    "mount_grace_seconds": 300.0,
+}
+
+
+def make_settings(**overrides: Any) -> Settings:
+    return _ExplicitSettings(**{**TEST_SETTINGS, **overrides})
+
+
+def make_services(clock: FakeClock | None = None, **settings: Any) -> Services:
+    """Services wired to fresh fakes and a fixed clock; keyword arguments override settings."""
+    clock = clock or FakeClock()
+    return Services(
+        settings=make_settings(**settings),
+        store=MemoryTaskStore(clock),
+        node_pools=FakeNodePools(),
+        reservations=FakeReservations(),
+        workload_policies=FakeWorkloadPolicies(),
+        jobs=FakeJobsOf(clock),
+        slots=FakeSlots(),
+        launcher=FakeLauncher(),
+        clock=clock,
+    )
+
+
+# -- scenario builders shared by the service tests --------------------------------------------------
+
+
+def spec_for(topology: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "image": "us-docker.pkg.dev/p/r/train:1",
+        "command": ["python", "train.py"],
+        "topology": topology,
+        **fields,
+    }
+
+
+def cluster(
+    cluster_id: str = "c1",
+    *,
+    name: str | None = None,
+    tpu_type: str = "v6e",
+    location: str = "us-east5-b",
+    zone: str | None = None,
+    reservation: str | None = None,
+    status: ClusterStatus = ClusterStatus.ACTIVE,
+) -> Cluster:
+    return Cluster(
+        id=cluster_id,
+        name=name or f"edge-{cluster_id}",
+        project="proj",
+        location=location,
+        tpu_type=tpu_type,
+        gcs_bucket="logs-bucket",
+        default_reservation=reservation,
+        status=status,
+        namespace="falcon-jobs",
+        zone=zone,
+    )
+
+
+def queued(svc: Services, task_id: str, topology: str = "2x2", **row: Any) -> QueueKey:
+    """A row taken in: Pending/Waiting in its cluster's queue (the first registered cluster)."""
+    store: Any = svc.store
+    store.insert_task(task_id, spec=spec_for(topology), **row)
+    queue = QueueKey(store.clusters()[0].id, topology)
+    assert store.queue_task(task_id, queue, svc.clock.now())
+    return queue
+
+
+def acquiring(svc: Services, task_id: str, topology: str = "2x2", **row: Any) -> TaskView:
+    """A task picked by the dispatcher (holding its queue's slot), as its lifecycle run loads it."""
+    queue = queued(svc, task_id, topology, **row)
+    svc.slots.ensure_limit(queue.slot_name)
+    lease = svc.slots.try_acquire(queue.slot_name, 300) or ""
+    attempt = svc.store.start_acquiring(
+        task_id, queue, row.get("actor", "alice"), lease, "picked", svc.clock.now()
+    )
+    assert attempt == 1
+    assert svc.store.set_acquire_run(task_id, "run-1", svc.clock.now())
+    return load_view(svc, task_id)
+
+
+def running(svc: Services, task_id: str, topology: str = "2x2", **row: Any) -> TaskView:
+    """A task taken all the way through acquisition: pool ready, Job submitted, pods Running."""
+    view = acquiring(svc, task_id, topology, **row)
+    choice = acquisition.provision(svc, view)
+    acquisition.wait_pool_ready(svc, view, choice, svc.clock.now())
+    job = acquisition.dispatch(svc, view, choice.name)
+    pods = acquisition.wait_pods_running(svc, view, job)
+    acquisition.mark_running(svc, view, pods)
+    return load_view(svc, task_id)

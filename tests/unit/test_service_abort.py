@@ -1,0 +1,325 @@
+"""Aborts in every phase (design §8), and the end of running tasks followed by the dispatcher.
+
+We test: waiting (Aborted at the next tick); acquiring (TaskEnded(Aborted) from provision,
+wait_pool_ready and wait_pods_running, then a release that ends Aborted and gives the pool
+back); running (follow_running moves it to releasing with Aborted); releasing (write_outcome
+turns the recorded outcome into Aborted). Then follow_running's other endings: Job complete,
+Job failed, Job vanished, timeout from dispatched_at; and what it leaves alone.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from tests.unit.fakes import FakeClusterJobs, acquiring, cluster, make_services, running, spec_for
+
+from falcon.domain.errors import TemporaryError
+from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState, TaskEnded, succeeded
+from falcon.domain.model import Cluster, ProvisioningMode, TaskSpec, k8s_job_name_for, node_pool_name_for
+from falcon.domain.node_pools import ReservationRef
+from falcon.domain.scheduling import ReservationCapacity
+from falcon.domain.status import Reason, Status
+from falcon.domain.workloads import JobState
+from falcon.services import reconcile
+from falcon.services.acquisition import dispatch, provision, wait_pods_running, wait_pool_ready
+from falcon.services.context import Services, load_view
+from falcon.services.dispatching import Dispatcher
+from falcon.services.release import record_outcome, release, write_outcome
+
+POOL = node_pool_name_for("t1", "2x2")
+JOB = k8s_job_name_for("t1")
+
+
+@pytest.fixture
+def svc() -> Services:
+    services = make_services()
+    services.store.add_cluster(cluster("c1"))
+    return services
+
+
+def k8s(svc: Services) -> FakeClusterJobs:
+    return svc.jobs(svc.store.clusters()[0])  # type: ignore[return-value]
+
+
+def clusters(svc: Services) -> dict[str, Cluster]:
+    return {c.id: c for c in svc.store.clusters()}
+
+
+def end_acquisition(svc: Services, task_id: str, ended: TaskEnded) -> Outcome:
+    """What task_lifecycle does with a TaskEnded: record it, then release inline."""
+    assert record_outcome(svc, task_id, ended.outcome, [Phase.ACQUIRING], released_inline=True)
+    return release(svc, task_id)
+
+
+def assert_aborted(svc: Services, task_id: str) -> None:
+    task = svc.store.task(task_id)
+    assert (task.status, task.reason, task.message) == (Status.ABORTED, None, "Aborted by user")
+    assert task.aborted_at == svc.clock.now()
+    assert svc.store.progress[task_id].phase is Phase.DONE
+
+
+# -- waiting --------------------------------------------------------------------------------------
+
+
+def test_waiting_task_ends_aborted_at_the_next_tick(svc: Services) -> None:
+    d = Dispatcher(svc)
+    try:
+        svc.store.insert_task("t0")
+        svc.clock.advance(1)
+        svc.store.insert_task("t1")
+        d.tick()
+        assert svc.store.progress["t1"].phase is Phase.WAITING
+        svc.store.request_abort("t1")
+        svc.clock.advance(1)
+        assert d.tick().aborted == ["t1"]
+    finally:
+        d.close()
+    assert_aborted(svc, "t1")
+    assert svc.launcher.acquires == [("t0", svc.store.progress["t0"].lease_id, 1)]
+
+
+# -- acquiring ----------------------------------------------------------------------------------
+
+
+def test_abort_before_the_decision_is_seen_by_provision(svc: Services) -> None:
+    view = acquiring(svc, "t1")
+    svc.store.request_abort("t1")
+    with pytest.raises(TaskEnded) as ended:
+        provision(svc, view)
+    assert ended.value.outcome.status is Status.ABORTED
+    assert svc.node_pools.calls == []
+
+
+def test_abort_while_reusing_an_idle_pool_is_seen_by_provision(svc: Services) -> None:
+    svc.store.add_pool(
+        NodePool(
+            "c1",
+            "falcon-kept",
+            "2x2",
+            "ct6e-standard-4t",
+            ProvisioningMode.FLEX_START,
+            None,
+            PoolState.IDLE,
+            None,
+            svc.clock.now(),
+        )
+    )
+    view = acquiring(svc, "t1")
+    svc.store.request_abort("t1")
+    with pytest.raises(TaskEnded) as ended:
+        provision(svc, view)
+    assert ended.value.outcome.status is Status.ABORTED
+
+
+def test_abort_while_the_pool_is_created_is_seen_by_wait_pool_ready(svc: Services) -> None:
+    view = acquiring(svc, "t1")
+    choice = provision(svc, view)
+    svc.node_pools.script(POOL, never_ready=True)
+    svc.store.request_abort("t1")
+    with pytest.raises(TaskEnded) as ended:
+        wait_pool_ready(svc, view, choice, svc.clock.now())
+    assert ended.value.outcome.status is Status.ABORTED
+    assert svc.node_pools.calls == []  # not even created
+
+
+def test_abort_while_pods_start_is_seen_by_wait_pods_running(svc: Services) -> None:
+    view = acquiring(svc, "t1")
+    choice = provision(svc, view)
+    wait_pool_ready(svc, view, choice, svc.clock.now())
+    k8s(svc).script(JOB, never_running=True, waiting_reason="ContainerCreating")
+    dispatch(svc, view, choice.name)
+    svc.store.request_abort("t1")
+    with pytest.raises(TaskEnded) as ended:
+        wait_pods_running(svc, load_view(svc, "t1"), JOB)
+    assert ended.value.outcome.status is Status.ABORTED
+
+
+def test_aborted_acquisition_releases_job_and_pool_and_ends_aborted(svc: Services) -> None:
+    view = acquiring(svc, "t1")
+    choice = provision(svc, view)
+    wait_pool_ready(svc, view, choice, svc.clock.now())
+    k8s(svc).script(JOB, never_running=True)
+    dispatch(svc, view, choice.name)
+    svc.store.request_abort("t1")
+    with pytest.raises(TaskEnded) as ended:
+        wait_pods_running(svc, load_view(svc, "t1"), JOB)
+    outcome = end_acquisition(svc, "t1", ended.value)
+    assert outcome.status is Status.ABORTED
+    assert_aborted(svc, "t1")
+    assert k8s(svc).jobs == {}
+    assert svc.store.pool("c1", POOL).state is PoolState.DELETED
+    assert svc.node_pools.pools == {}
+
+
+def test_abort_at_the_pool_decision_does_not_leave_the_pool_record_held(svc: Services) -> None:
+    """The abort lands after the dispatcher's pick, before provision writes its decision: the pool
+    is recorded (write-ahead) but the row refuses its name; the release must still free it."""
+    view = acquiring(svc, "t1")
+    svc.store.request_abort("t1")
+    with pytest.raises(TaskEnded) as ended:
+        provision(svc, view)
+    end_acquisition(svc, "t1", ended.value)
+    assert_aborted(svc, "t1")
+    pool = svc.store.pool("c1", POOL)
+    assert pool is None or pool.state in (PoolState.DELETING, PoolState.DELETED), pool
+
+
+def test_abort_while_claiming_an_idle_pool_does_not_leave_it_held(svc: Services) -> None:
+    """Same race on the reuse path: the idle pool is claimed, the row refuses the pool's name."""
+    svc.store.add_pool(
+        NodePool(
+            "c1",
+            "falcon-kept",
+            "2x2",
+            "ct6e-standard-4t",
+            ProvisioningMode.FLEX_START,
+            None,
+            PoolState.IDLE,
+            None,
+            svc.clock.now(),
+        )
+    )
+    view = acquiring(svc, "t1")
+    svc.store.request_abort("t1")
+    with pytest.raises(TaskEnded) as ended:
+        provision(svc, view)
+    end_acquisition(svc, "t1", ended.value)
+    assert_aborted(svc, "t1")
+    pool = svc.store.pool("c1", "falcon-kept")
+    assert not (pool.state is PoolState.IN_USE and pool.holder_task_id == "t1"), pool
+
+
+def test_abort_at_a_reservation_decision_does_not_keep_holding_reservation_room(svc: Services) -> None:
+    """Consequence of the same race: the aborted task's pool record stays `creating` and keeps
+    counting against the reservation, so the next task falls back to flex-start."""
+    svc.store.cluster_rows["c1"] = cluster("c1", reservation="res-a")
+    svc.reservations.set(
+        ReservationRef("proj", "res-a", False),
+        "us-east5-b",
+        ReservationCapacity("res-a", 1, 0, "READY", "ct6e-standard-4t"),
+    )
+    view = acquiring(svc, "t1")
+    svc.store.request_abort("t1")
+    with pytest.raises(TaskEnded) as ended:
+        provision(svc, view)
+    end_acquisition(svc, "t1", ended.value)
+    svc.slots.release(svc.slots.holder(view.queue.slot_name) or "")
+    plan = provision(svc, acquiring(svc, "t2")).plan
+    assert plan is not None and plan.mode is ProvisioningMode.RESERVATION, plan
+
+
+# -- running ----------------------------------------------------------------------------------
+
+
+def test_running_task_aborted_moves_to_releasing_with_aborted(svc: Services) -> None:
+    running(svc, "t1")
+    svc.store.request_abort("t1")
+    assert reconcile.follow_running(svc, clusters(svc)) == ["t1"]
+    progress = svc.store.progress["t1"]
+    assert progress.phase is Phase.RELEASING
+    assert progress.outcome == Outcome(Status.ABORTED, None, "Aborted by user")
+    assert svc.store.task("t1").status is Status.ABORTING  # the release writes Aborted
+    assert reconcile.supervise_runs(svc) == ["t1"]
+    assert svc.launcher.releases == [("t1", 1)]
+    assert release(svc, "t1").status is Status.ABORTED
+    assert_aborted(svc, "t1")
+
+
+# -- releasing --------------------------------------------------------------------------------
+
+
+def test_abort_during_release_turns_the_outcome_into_aborted(svc: Services) -> None:
+    running(svc, "t1")
+    k8s(svc).job(JOB).script.complete = True
+    assert reconcile.follow_running(svc, clusters(svc)) == ["t1"]
+    assert svc.store.progress["t1"].outcome == succeeded(svc.say)
+    svc.store.request_abort("t1")  # the row is still Running: upstream may abort it
+    assert write_outcome(svc, "t1", succeeded(svc.say)).status is Status.ABORTED
+    assert_aborted(svc, "t1")
+
+
+def test_release_of_a_task_aborted_while_releasing_ends_aborted(svc: Services) -> None:
+    running(svc, "t1")
+    k8s(svc).job(JOB).script.complete = True
+    reconcile.follow_running(svc, clusters(svc))
+    svc.store.request_abort("t1")
+    assert release(svc, "t1").status is Status.ABORTED
+    assert_aborted(svc, "t1")
+
+
+# -- follow_running's other endings --------------------------------------------------------------
+
+
+def test_completed_job_moves_to_releasing_with_succeeded(svc: Services) -> None:
+    running(svc, "t1")
+    assert reconcile.follow_running(svc, clusters(svc)) == []
+    k8s(svc).job(JOB).script.complete = True
+    assert reconcile.follow_running(svc, clusters(svc)) == ["t1"]
+    assert svc.store.task("t1").message == "Job finished, cleaning up the node pool..."
+    assert release(svc, "t1") == Outcome(Status.SUCCEEDED, None, "")
+    task = svc.store.task("t1")
+    assert (task.status, task.finished_at) == (Status.SUCCEEDED, svc.clock.now())
+
+
+def test_failed_job_moves_to_releasing_with_job_failed(svc: Services) -> None:
+    running(svc, "t1")
+    script = k8s(svc).job(JOB).script
+    script.failed_condition, script.terminated = "BackoffLimitExceeded: limit", [("OOMKilled", 137)]
+    reconcile.follow_running(svc, clusters(svc))
+    assert svc.store.progress["t1"].outcome == Outcome(
+        Status.FAILED, Reason.JOB_FAILED, f"Pod {JOB}-0 terminated: OOMKilled (exit code 137)"
+    )
+    assert release(svc, "t1").status is Status.FAILED
+    assert svc.store.task("t1").reason is Reason.JOB_FAILED
+
+
+def test_vanished_job_fails_the_task(svc: Services) -> None:
+    running(svc, "t1")
+    del k8s(svc).jobs[("falcon-jobs", JOB)]
+    reconcile.follow_running(svc, clusters(svc))
+    assert svc.store.progress["t1"].outcome == Outcome(
+        Status.FAILED, Reason.JOB_FAILED, f"Kubernetes Job {JOB} disappeared from the cluster"
+    )
+
+
+def test_running_task_times_out_from_dispatched_at(svc: Services) -> None:
+    running(svc, "t1", timeout_seconds=3600)
+    dispatched_at = svc.store.task("t1").dispatched_at
+    svc.clock.advance((dispatched_at + timedelta(seconds=3599) - svc.clock.now()).total_seconds())
+    assert reconcile.follow_running(svc, clusters(svc)) == []
+    svc.clock.advance(1)
+    assert reconcile.follow_running(svc, clusters(svc)) == ["t1"]
+    assert svc.store.progress["t1"].outcome == Outcome(
+        Status.FAILED, Reason.TIMEOUT, "Task timed out (3600s), Job cancelled"
+    )
+    release(svc, "t1")
+    assert (svc.store.task("t1").status, k8s(svc).jobs) == (Status.FAILED, {})
+
+
+def test_unreachable_cluster_is_tried_again_next_round(svc: Services) -> None:
+    running(svc, "t1")
+    k8s(svc).job(JOB).script.complete = True
+    jobs = k8s(svc)
+    original = jobs.list_jobs
+
+    def down(namespace: str, selector: str) -> list[JobState]:
+        raise TemporaryError("connection refused")
+
+    jobs.list_jobs = down  # type: ignore[method-assign]
+    assert reconcile.follow_running(svc, clusters(svc)) == []
+    jobs.list_jobs = original  # type: ignore[method-assign]
+    assert reconcile.follow_running(svc, clusters(svc)) == ["t1"]
+
+
+def test_release_is_safe_to_run_again(svc: Services) -> None:
+    running(svc, "t1")
+    k8s(svc).job(JOB).script.complete = True
+    reconcile.follow_running(svc, clusters(svc))
+    first = release(svc, "t1")
+    assert release(svc, "t1") == first
+    assert svc.store.task("t1").status is Status.SUCCEEDED
+
+
+def test_spec_helper_is_a_valid_spec() -> None:
+    assert TaskSpec.parse(spec_for("2x2")).topology == "2x2"

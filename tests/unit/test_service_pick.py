@@ -1,0 +1,194 @@
+"""The dispatcher's pick (design phase 2): Dispatcher.tick with in-memory slots and store.
+
+We test: one task per queue acquires, one per queue at a time; FIFO within an actor and round
+robin across actors over several ticks; a slot held in Prefect is not taken; an abort landing
+between the snapshot and the write releases the lease taken for it; waiting tasks get their
+queue position as Message; a task aborted while waiting ends Aborted on the next tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from tests.unit.fakes import cluster, make_services, spec_for
+
+from falcon.domain.lifecycle import Phase
+from falcon.domain.model import QueueKey
+from falcon.domain.status import Reason, Status
+from falcon.services.context import Services
+from falcon.services.dispatching import Dispatcher
+
+
+@pytest.fixture
+def svc() -> Services:
+    services = make_services()
+    services.store.add_cluster(cluster("c1"))
+    return services
+
+
+@pytest.fixture
+def dispatcher(svc: Services) -> Iterator[Dispatcher]:
+    d = Dispatcher(svc)
+    yield d
+    d.close()
+
+
+def submit(svc: Services, task_id: str, actor: str = "alice", topology: str = "2x2") -> None:
+    svc.clock.advance(1)  # distinct created_at, in submission order
+    svc.store.insert_task(task_id, actor=actor, spec=spec_for(topology))
+
+
+def finish_acquiring(svc: Services, task_id: str) -> None:
+    """What the task's lifecycle run does once its pods run: Running, then the slot goes back."""
+    lease = svc.store.progress[task_id].lease_id
+    assert svc.store.mark_running(task_id, "running", svc.clock.now())
+    svc.slots.release(lease)
+
+
+def test_one_task_per_queue_acquires(svc: Services, dispatcher: Dispatcher) -> None:
+    for task_id, topology in [("a", "2x2"), ("b", "2x2"), ("c", "2x4")]:
+        submit(svc, task_id, topology=topology)
+    report = dispatcher.tick()
+    assert sorted(report.queued) == ["a", "b", "c"]
+    assert sorted(report.picked) == ["a", "c"]
+    for task_id in ("a", "c"):
+        task, progress = svc.store.task(task_id), svc.store.progress[task_id]
+        assert (task.status, task.reason) == (Status.PENDING, Reason.PROVISIONING)
+        assert (progress.phase, progress.attempt) == (Phase.ACQUIRING, 1)
+        assert svc.slots.leases[progress.lease_id] == progress.queue.slot_name
+    assert svc.store.progress["b"].phase is Phase.WAITING
+    assert sorted(t for t, _, _ in svc.launcher.acquires) == ["a", "c"]
+    assert svc.store.progress["a"].acquire_run_id is not None
+
+
+def test_queue_stays_busy_until_the_acquiring_task_runs(svc: Services, dispatcher: Dispatcher) -> None:
+    submit(svc, "a")
+    submit(svc, "b")
+    assert dispatcher.tick().picked == ["a"]
+    svc.clock.advance(1)
+    assert dispatcher.tick().picked == []
+    finish_acquiring(svc, "a")
+    svc.clock.advance(1)
+    assert dispatcher.tick().picked == ["b"]
+
+
+def test_fifo_within_an_actor_round_robin_across_actors(svc: Services, dispatcher: Dispatcher) -> None:
+    for task_id, actor in [("a1", "alice"), ("a2", "alice"), ("a3", "alice"), ("b1", "bob"), ("c1", "carol")]:
+        submit(svc, task_id, actor)
+    order = []
+    for _ in range(5):
+        svc.clock.advance(1)
+        picked = dispatcher.tick().picked
+        assert len(picked) == 1
+        order += picked
+        finish_acquiring(svc, picked[0])
+    # §4: each actor's earliest task; the last actor is passed over while another has one.
+    assert order == ["a1", "b1", "a2", "c1", "a3"]
+    assert svc.store.rotation[QueueKey("c1", "2x2")] == "alice"
+
+
+def test_waiting_tasks_get_their_queue_position(svc: Services, dispatcher: Dispatcher) -> None:
+    for task_id, actor in [("a1", "alice"), ("a2", "alice"), ("b1", "bob")]:
+        submit(svc, task_id, actor)
+    dispatcher.tick()
+    assert (
+        svc.store.task("b1").message
+        == "Queue position #1, waiting for the current task to acquire its resources"
+    )
+    assert svc.store.task("a2").message == "Queue position #2, 1 task(s) ahead (bob: job-b1)"
+    written = svc.store.writes("set_waiting_messages")
+    svc.clock.advance(1)
+    dispatcher.tick()
+    assert svc.store.writes("set_waiting_messages") == written  # unchanged messages are not rewritten
+
+
+def test_a_slot_held_in_prefect_is_not_taken(svc: Services, dispatcher: Dispatcher) -> None:
+    name = QueueKey("c1", "2x2").slot_name
+    svc.slots.ensure_limit(name)
+    other = svc.slots.try_acquire(name, 300)
+    submit(svc, "a")
+    report = dispatcher.tick()
+    assert report.picked == []
+    assert svc.slots.holder(name) == other
+    task = svc.store.task("a")
+    assert (task.status, task.reason) == (Status.PENDING, Reason.WAITING)
+    assert svc.launcher.acquires == []
+
+
+def test_a_slot_held_with_nobody_acquiring_is_reset_after_the_confirm_time(
+    svc: Services, dispatcher: Dispatcher
+) -> None:
+    name = QueueKey("c1", "2x2").slot_name
+    svc.slots.ensure_limit(name)
+    svc.slots.try_acquire(name, 300)  # leaked: no task of the queue is acquiring
+    submit(svc, "a")
+    assert dispatcher.tick().repaired == []
+    svc.clock.advance(5)
+    assert dispatcher.tick().repaired == [name]
+    svc.clock.advance(1)
+    assert dispatcher.tick().picked == ["a"]
+
+
+def test_abort_between_snapshot_and_write_releases_the_lease(svc: Services, dispatcher: Dispatcher) -> None:
+    submit(svc, "a")
+    dispatcher.tick()  # queued and picked by the same tick
+    finish_acquiring(svc, "a")
+    submit(svc, "b")
+    # upstream aborts b while the dispatcher takes its slot: after the snapshot, before the write
+    svc.slots.on_acquire.append(lambda name: svc.store.request_abort("b"))
+    svc.clock.advance(1)
+    report = dispatcher.tick()
+    assert report.picked == []
+    name = QueueKey("c1", "2x2").slot_name
+    assert svc.slots.holder(name) is None  # the lease taken for b went back
+    assert svc.store.progress["b"].phase is Phase.WAITING
+    assert [t for t, _, _ in svc.launcher.acquires] == ["a"]
+    svc.slots.on_acquire.clear()
+    svc.clock.advance(1)
+    report = dispatcher.tick()
+    assert report.aborted == ["b"]
+    task = svc.store.task("b")
+    assert (task.status, task.message) == (Status.ABORTED, "Aborted by user")
+    assert svc.store.progress["b"].phase is Phase.DONE
+
+
+def test_aborted_while_waiting_ends_aborted_at_the_next_tick(svc: Services, dispatcher: Dispatcher) -> None:
+    submit(svc, "a")
+    submit(svc, "b")
+    dispatcher.tick()
+    assert svc.store.request_abort("b")
+    svc.clock.advance(1)
+    report = dispatcher.tick()
+    assert report.aborted == ["b"]
+    task = svc.store.task("b")
+    assert (task.status, task.reason, task.aborted_at) == (Status.ABORTED, None, svc.clock.now())
+    assert svc.store.progress["b"].phase is Phase.DONE
+    finish_acquiring(svc, "a")
+    svc.clock.advance(1)
+    assert dispatcher.tick().picked == []  # b is out of the book
+
+
+def test_aborted_before_intake_ends_aborted(svc: Services, dispatcher: Dispatcher) -> None:
+    submit(svc, "a")
+    svc.store.request_abort("a")
+    report = dispatcher.tick()
+    assert report.aborted == ["a"] and report.queued == []
+    assert svc.store.task("a").status is Status.ABORTED
+
+
+def test_dead_acquire_run_is_restarted_with_a_new_lease_and_attempt(
+    svc: Services, dispatcher: Dispatcher
+) -> None:
+    submit(svc, "a")
+    dispatcher.tick()
+    first = svc.store.progress["a"]
+    svc.launcher.end(first.acquire_run_id)
+    svc.clock.advance(timedelta(seconds=2).total_seconds())
+    report = dispatcher.tick()
+    assert report.started == ["a"]
+    again = svc.store.progress["a"]
+    assert again.attempt == 2 and again.lease_id != first.lease_id
+    assert first.lease_id in svc.slots.released
+    assert svc.launcher.acquires[-1] == ("a", again.lease_id, 2)

@@ -1,0 +1,385 @@
+"""Provisioning (design §5): provision's decision paths and wait_pool_ready's wait.
+
+We test each way provision decides: reuse an idle pool; a reservation with room; a reservation
+short of room (ProvisioningFallback to flex-start, counting Falcon's own pools still being
+created); no reservation (flex-start); an unusable or unreadable reservation and a regional
+cluster without zone (NodePoolFailed, nothing recorded); a resumed task re-planning the same
+pool; a TemporaryError left to retries except on the final attempt; the TPU7x workload policy.
+Then wait_pool_ready: GKE's busy refusals waited out; ready marks the pool in use; ERROR ends
+NodePoolFailed with GKE's detail; a pool never ready ends NodePoolTimeout at the deadline.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from tests.unit.fakes import acquiring, cluster, make_services
+
+from falcon.domain.errors import PermanentError, TemporaryError
+from falcon.domain.lifecycle import NodePool, PoolState, TaskEnded, TaskView
+from falcon.domain.model import ProvisioningMode, node_pool_name_for
+from falcon.domain.node_pools import ReservationRef
+from falcon.domain.scheduling import ReservationCapacity
+from falcon.domain.status import Reason, Status
+from falcon.services.acquisition import PoolChoice, provision, wait_pool_ready
+from falcon.services.context import Services
+
+ZONE = "us-east5-b"
+RES = ReservationRef("proj", "res-a", shared=False)
+POOL = node_pool_name_for("t1", "2x2")
+
+
+def services(**cluster_fields: object) -> Services:
+    svc = make_services()
+    svc.store.add_cluster(cluster("c1", **cluster_fields))  # type: ignore[arg-type]
+    return svc
+
+
+def capacity(
+    count: int, in_use: int = 0, status: str = "READY", machine: str = "ct6e-standard-4t"
+) -> ReservationCapacity:
+    return ReservationCapacity("res-a", count, in_use, status, machine)
+
+
+def idle_pool(name: str = "falcon-2x2-kept", topology: str = "2x2") -> NodePool:
+    return NodePool(
+        "c1", name, topology, "ct6e-standard-4t", ProvisioningMode.FLEX_START, None, PoolState.IDLE, None
+    )
+
+
+def assert_failed(ended: pytest.ExceptionInfo[TaskEnded], reason: Reason, text: str) -> None:
+    outcome = ended.value.outcome
+    assert (outcome.status, outcome.reason) == (Status.FAILED, reason)
+    assert text in outcome.message, outcome.message
+
+
+# -- provision: the decision --------------------------------------------------------------------
+
+
+def test_reuses_an_idle_pool_of_the_queue() -> None:
+    svc = services()
+    svc.store.add_pool(idle_pool())
+    view = acquiring(svc, "t1")
+    assert provision(svc, view) == PoolChoice("falcon-2x2-kept", None)
+    pool = svc.store.pool("c1", "falcon-2x2-kept")
+    assert (pool.state, pool.holder_task_id, pool.idle_since) == (PoolState.IN_USE, "t1", None)
+    task = svc.store.task("t1")
+    assert (task.reason, task.node_pool_name) == (Reason.PROVISIONING, "falcon-2x2-kept")
+    assert task.message == "Reusing idle node pool falcon-2x2-kept..."
+    assert svc.node_pools.calls == [] and svc.reservations.calls == []
+
+
+def test_an_idle_pool_of_another_topology_is_not_reused() -> None:
+    svc = services()
+    svc.store.add_pool(idle_pool("falcon-2x4-kept", "2x4"))
+    choice = provision(svc, acquiring(svc, "t1"))
+    assert choice.name == POOL and choice.plan is not None
+    assert svc.store.pool("c1", "falcon-2x4-kept").state is PoolState.IDLE
+
+
+def test_reservation_with_room_creates_on_the_reservation() -> None:
+    svc = services(reservation="res-a")
+    svc.reservations.set(RES, ZONE, capacity(4, 3))
+    choice = provision(svc, acquiring(svc, "t1"))
+    plan = choice.plan
+    assert plan is not None
+    assert (plan.name, plan.mode, plan.reservation, plan.zone) == (
+        POOL,
+        ProvisioningMode.RESERVATION,
+        "res-a",
+        ZONE,
+    )
+    assert plan.initial_nodes == 1
+    pool = svc.store.pool("c1", POOL)
+    assert (pool.state, pool.holder_task_id, pool.mode, pool.reservation) == (
+        PoolState.CREATING,
+        "t1",
+        ProvisioningMode.RESERVATION,
+        "res-a",
+    )
+    task = svc.store.task("t1")
+    assert (task.reason, task.node_pool_name) == (Reason.PROVISIONING, POOL)
+    assert task.message == "Creating node pool (reservation: res-a)..."
+    assert svc.reservations.calls == [(RES, ZONE)]
+    assert svc.node_pools.calls == []  # provision decides; wait_pool_ready creates
+
+
+def test_reservation_short_of_room_falls_back_to_flex_start() -> None:
+    svc = services(reservation="res-a")
+    svc.reservations.set(RES, ZONE, capacity(4, 4))
+    plan = provision(svc, acquiring(svc, "t1")).plan
+    assert plan is not None and (plan.mode, plan.reservation) == (ProvisioningMode.FLEX_START, None)
+    assert plan.initial_nodes == 0
+    task = svc.store.task("t1")
+    assert task.reason is Reason.PROVISIONING_FALLBACK
+    assert task.message.startswith("Reservation has too little room left")
+
+
+def test_reservation_room_taken_by_falcon_pools_still_creating_counts() -> None:
+    svc = services(reservation="res-a")
+    svc.reservations.set(RES, ZONE, capacity(1, 0))  # Compute does not count a pool being created
+    svc.store.add_pool(
+        NodePool(
+            "c1",
+            "falcon-other",
+            "2x2",
+            "ct6e-standard-4t",
+            ProvisioningMode.RESERVATION,
+            "res-a",
+            PoolState.CREATING,
+            "t0",
+        )
+    )
+    plan = provision(svc, acquiring(svc, "t1")).plan
+    assert plan is not None and plan.mode is ProvisioningMode.FLEX_START
+    assert svc.store.task("t1").reason is Reason.PROVISIONING_FALLBACK
+
+
+def test_no_reservation_creates_flex_start() -> None:
+    svc = services()
+    plan = provision(svc, acquiring(svc, "t1")).plan
+    assert plan is not None and (plan.mode, plan.reservation) == (ProvisioningMode.FLEX_START, None)
+    task = svc.store.task("t1")
+    assert (task.reason, task.message) == (Reason.PROVISIONING, "Creating node pool (flex-start)...")
+    assert svc.reservations.calls == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "text"),
+    [
+        pytest.param(capacity(8, status="CREATING"), "status is CREATING, not READY", id="not-ready"),
+        pytest.param(
+            capacity(8, machine="ct5lp-hightpu-4t"), "it reserves ct5lp-hightpu-4t", id="other-machine"
+        ),
+        pytest.param(PermanentError("permission denied on reservation"), "permission denied", id="forbidden"),
+        pytest.param(None, "reservation res-a not found", id="not-found"),
+    ],
+)
+def test_unusable_reservation_fails_node_pool_failed(answer: object, text: str) -> None:
+    svc = services(reservation="res-a")
+    if answer is not None:
+        svc.reservations.set(RES, ZONE, answer)  # type: ignore[arg-type]
+    view = acquiring(svc, "t1")
+    with pytest.raises(TaskEnded) as ended:
+        provision(svc, view)
+    assert_failed(ended, Reason.NODE_POOL_FAILED, text)
+    assert svc.store.pool("c1", POOL) is None  # nothing recorded: no flex-start behind the user's back
+    assert svc.store.task("t1").reason is Reason.PROVISIONING
+
+
+def test_malformed_reservation_name_fails_node_pool_failed() -> None:
+    svc = services(reservation="Not A Name")
+    with pytest.raises(TaskEnded) as ended:
+        provision(svc, acquiring(svc, "t1"))
+    assert_failed(ended, Reason.NODE_POOL_FAILED, "neither NAME nor projects/OWNER/reservations/NAME")
+
+
+def test_shared_reservation_is_read_in_its_owner_project() -> None:
+    svc = services(reservation="projects/owner/reservations/res-a")
+    ref = ReservationRef("owner", "res-a", shared=True)
+    svc.reservations.set(ref, ZONE, capacity(4))
+    plan = provision(svc, acquiring(svc, "t1")).plan
+    assert svc.reservations.calls == [(ref, ZONE)]
+    assert plan is not None and plan.reservation == "res-a"  # the name Compute reported
+
+
+def test_regional_cluster_without_zone_fails_node_pool_failed() -> None:
+    svc = services(location="us-east5")
+    with pytest.raises(TaskEnded) as ended:
+        provision(svc, acquiring(svc, "t1"))
+    assert_failed(ended, Reason.NODE_POOL_FAILED, "is regional and has no node zone")
+    assert svc.store.pools == {}
+
+
+def test_regional_cluster_with_a_zone_puts_the_pool_there() -> None:
+    svc = services(location="us-east5", zone="us-east5-a")
+    plan = provision(svc, acquiring(svc, "t1")).plan
+    assert plan is not None and plan.zone == "us-east5-a"
+
+
+def test_resumed_task_finds_its_creating_pool_and_replans_the_same() -> None:
+    svc = services(reservation="res-a")
+    svc.reservations.set(RES, ZONE, capacity(1))
+    view = acquiring(svc, "t1")
+    first = provision(svc, view)
+    svc.reservations.set(RES, ZONE, capacity(1, 1))  # its own pool now fills the reservation
+    again = provision(svc, view)  # a retry, or a new attempt after a crash
+    assert again == first
+    assert svc.store.writes("write_ahead_pool") == 1
+    assert len(svc.reservations.calls) == 1  # the decision is not made twice
+
+
+def test_resumed_task_whose_pool_is_ready_gets_it_without_a_plan() -> None:
+    svc = services()
+    view = acquiring(svc, "t1")
+    provision(svc, view)
+    svc.store.pool_ready("c1", POOL, svc.clock.now())
+    assert provision(svc, view) == PoolChoice(POOL, None)
+
+
+def test_temporary_error_is_left_to_retries_before_the_final_attempt() -> None:
+    svc = services(reservation="res-a")
+    svc.reservations.set(RES, ZONE, TemporaryError("compute 503"))
+    view = acquiring(svc, "t1")
+    with pytest.raises(TemporaryError):
+        provision(svc, view)
+    assert svc.store.pools == {}
+
+
+def test_temporary_error_on_the_final_attempt_fails_node_pool_failed() -> None:
+    svc = services(reservation="res-a")
+    svc.reservations.set(RES, ZONE, TemporaryError("compute 503"))
+    with pytest.raises(TaskEnded) as ended:
+        provision(svc, acquiring(svc, "t1"), final_attempt=True)
+    assert_failed(ended, Reason.NODE_POOL_FAILED, "compute 503")
+
+
+def test_tpu7x_multi_host_ensures_its_workload_policy() -> None:
+    svc = services(tpu_type="v7x")
+    view = acquiring(svc, "t1", "2x2x2", tpu_type="v7x")
+    plan = provision(svc, view).plan
+    assert plan is not None and plan.workload_policy == "falcon-tpu7x-2x2x2"
+    assert svc.workload_policies.ensured == [("proj", "us-east5", "falcon-tpu7x-2x2x2", "2x2x2")]
+
+
+def test_single_host_needs_no_workload_policy() -> None:
+    svc = services(tpu_type="v7x")
+    provision(svc, acquiring(svc, "t1", "2x2x1", tpu_type="v7x"))
+    assert svc.workload_policies.ensured == []
+
+
+def test_workload_policy_refused_fails_node_pool_failed() -> None:
+    svc = services(tpu_type="v7x")
+    svc.workload_policies.error = PermanentError("policy quota exceeded")
+    with pytest.raises(TaskEnded) as ended:
+        provision(svc, acquiring(svc, "t1", "2x2x2", tpu_type="v7x"))
+    assert_failed(ended, Reason.NODE_POOL_FAILED, "policy quota exceeded")
+
+
+def test_abort_during_the_decision_raises_aborted() -> None:
+    svc = services()
+    view = acquiring(svc, "t1")
+    svc.store.request_abort("t1")
+    with pytest.raises(TaskEnded) as ended:
+        provision(svc, view)
+    assert ended.value.outcome.status is Status.ABORTED
+    assert svc.store.pool("c1", POOL).holder_task_id == "t1"  # recorded: the release deletes it
+
+
+# -- wait_pool_ready ---------------------------------------------------------------------------
+
+
+def planned(svc: Services, task_id: str = "t1") -> tuple[TaskView, PoolChoice]:
+    view = acquiring(svc, task_id)
+    return view, provision(svc, view)
+
+
+def test_ready_pool_is_marked_in_use() -> None:
+    svc = services()
+    view, choice = planned(svc)
+    svc.node_pools.script(POOL, polls_to_ready=3)
+    started = svc.clock.now()
+    wait_pool_ready(svc, view, choice, started)
+    assert svc.store.pool("c1", POOL).state is PoolState.IN_USE
+    assert svc.node_pools.count("create") == 1 and svc.node_pools.count("get") == 4
+    assert svc.node_pools.plans == [choice.plan]
+    assert svc.clock.now() == started + timedelta(seconds=3)
+
+
+def test_gke_busy_refusals_are_waited_out() -> None:
+    svc = services()
+    view, choice = planned(svc)
+    svc.node_pools.refuse_create(3, delay=4.0)
+    svc.node_pools.refuse_create(1, delay=None)
+    svc.node_pools.refuse_create(1, delay=60.0)
+    wait_pool_ready(svc, view, choice, svc.clock.now())
+    assert svc.node_pools.count("create") == 6
+    assert svc.clock.sleeps == [4.0, 4.0, 4.0, 1.0, 10.0]  # GKE's delay, the poll, at most 10 s
+    assert svc.store.pool("c1", POOL).state is PoolState.IN_USE
+
+
+def test_pool_created_by_an_earlier_attempt_is_not_created_again() -> None:
+    svc = services()
+    view, choice = planned(svc)
+    svc.node_pools.add_existing(svc.store.clusters()[0], POOL, polls_to_ready=1)
+    wait_pool_ready(svc, view, choice, svc.clock.now())
+    assert svc.node_pools.plans == []  # 409: already there
+    assert svc.store.pool("c1", POOL).state is PoolState.IN_USE
+
+
+def test_broken_pool_fails_node_pool_failed_with_gke_detail() -> None:
+    svc = services()
+    view, choice = planned(svc)
+    svc.node_pools.script(
+        POOL,
+        polls_to_ready=1,
+        error="no TPU capacity",
+        operation_error="GCE_STOCKOUT: zone us-east5-b has no capacity",
+    )
+    with pytest.raises(TaskEnded) as ended:
+        wait_pool_ready(svc, view, choice, svc.clock.now())
+    assert ended.value.outcome.message == (
+        f"Node pool creation failed: node pool {POOL} is ERROR: no TPU capacity; "
+        "operation: GCE_STOCKOUT: zone us-east5-b has no capacity"
+    )
+    assert ended.value.outcome.reason is Reason.NODE_POOL_FAILED
+
+
+def test_create_refused_for_good_fails_node_pool_failed() -> None:
+    svc = services()
+    view, choice = planned(svc)
+    svc.node_pools.fail_create("Quota TPUS exceeded")
+    with pytest.raises(TaskEnded) as ended:
+        wait_pool_ready(svc, view, choice, svc.clock.now())
+    assert_failed(ended, Reason.NODE_POOL_FAILED, "Quota TPUS exceeded")
+
+
+def test_pool_that_disappears_fails_node_pool_failed() -> None:
+    svc = services()
+    view, choice = planned(svc)
+    svc.node_pools.script(POOL, never_ready=True)
+    cl = svc.store.clusters()[0]
+    svc.node_pools.create(cl, choice.plan)  # type: ignore[arg-type]
+    svc.node_pools.delete(cl, POOL)
+    with pytest.raises(TaskEnded) as ended:
+        wait_pool_ready(svc, view, PoolChoice(POOL, None), svc.clock.now())
+    assert_failed(ended, Reason.NODE_POOL_FAILED, f"node pool {POOL} disappeared")
+
+
+def test_pool_never_ready_times_out_at_the_deadline() -> None:
+    svc = make_services(node_pool_timeout_seconds=120)
+    svc.store.add_cluster(cluster("c1"))
+    view, choice = planned(svc)
+    svc.node_pools.script(POOL, never_ready=True)
+    started = svc.clock.now()
+    with pytest.raises(TaskEnded) as ended:
+        wait_pool_ready(svc, view, choice, started)
+    assert svc.clock.now() == started + timedelta(seconds=120)
+    outcome = ended.value.outcome
+    assert (outcome.status, outcome.reason) == (Status.FAILED, Reason.NODE_POOL_TIMEOUT)
+    assert outcome.message == f"Node pool creation timed out (2m): node pool {POOL} still PROVISIONING"
+    assert svc.store.pool("c1", POOL).state is PoolState.CREATING
+
+
+def test_deadline_runs_from_the_start_of_acquisition() -> None:
+    svc = make_services(node_pool_timeout_seconds=120)
+    svc.store.add_cluster(cluster("c1"))
+    view, choice = planned(svc)
+    svc.node_pools.script(POOL, never_ready=True)
+    started = svc.clock.now()
+    svc.clock.advance(100)  # a resumed run: most of the time is gone
+    with pytest.raises(TaskEnded):
+        wait_pool_ready(svc, view, choice, started)
+    assert svc.clock.now() == started + timedelta(seconds=120)
+
+
+def test_gke_refusing_until_the_deadline_times_out_saying_so() -> None:
+    svc = make_services(node_pool_timeout_seconds=30)
+    svc.store.add_cluster(cluster("c1"))
+    view, choice = planned(svc)
+    svc.node_pools.refuse_create(100, delay=5.0)
+    with pytest.raises(TaskEnded) as ended:
+        wait_pool_ready(svc, view, choice, svc.clock.now())
+    assert ended.value.outcome.reason is Reason.NODE_POOL_TIMEOUT
+    assert "GKE kept refusing: cluster is running another operation" in ended.value.outcome.message

@@ -1,0 +1,218 @@
+"""Release (design phase 6): keep-or-delete of the node pool, and the reaping of kept pools.
+
+We test: a ready pool is kept (idle) when a task of the same queue waits and no idle pool is
+there for it; deleted when nobody waits, when an idle pool already waits for the waiter, or when
+it never became ready; a deletion GKE refuses is appended to the Message and left for the
+janitor; the Job and a multi-host Service are deleted; reaping deletes an idle pool past its
+grace, keeps one with waiters until 10x grace, and confirms deletions GKE finished.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from tests.unit.fakes import FakeClusterJobs, acquiring, cluster, make_services, queued, running
+
+from falcon.domain.errors import PermanentError, TemporaryError
+from falcon.domain.lifecycle import NodePool, Phase, PoolState, TaskEnded
+from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, k8s_job_name_for, node_pool_name_for
+from falcon.domain.status import Reason, Status
+from falcon.services import reconcile
+from falcon.services.acquisition import provision, wait_pool_ready
+from falcon.services.context import Services, load_view
+from falcon.services.release import record_outcome, release
+
+POOL = node_pool_name_for("t1", "2x2")
+JOB = k8s_job_name_for("t1")
+QUEUE = QueueKey("c1", "2x2")
+
+
+@pytest.fixture
+def svc() -> Services:
+    services = make_services()
+    services.store.add_cluster(cluster("c1"))
+    return services
+
+
+def k8s(svc: Services) -> FakeClusterJobs:
+    return svc.jobs(svc.store.clusters()[0])  # type: ignore[return-value]
+
+
+def clusters(svc: Services) -> dict[str, Cluster]:
+    return {c.id: c for c in svc.store.clusters()}
+
+
+def succeed(svc: Services, task_id: str = "t1") -> None:
+    """The Job completes and the dispatcher notices: phase releasing, outcome Succeeded."""
+    k8s(svc).job(k8s_job_name_for(task_id)).script.complete = True
+    assert task_id in reconcile.follow_running(svc, clusters(svc))
+
+
+def idle(name: str, since: datetime) -> NodePool:
+    mode = ProvisioningMode.FLEX_START
+    return NodePool("c1", name, "2x2", "ct6e-standard-4t", mode, None, PoolState.IDLE, None, since)
+
+
+# -- keep or delete -------------------------------------------------------------------------------
+
+
+def test_pool_is_kept_when_a_same_queue_task_waits(svc: Services) -> None:
+    running(svc, "t1")
+    svc.clock.advance(1)
+    queued(svc, "t2")
+    succeed(svc)
+    assert release(svc, "t1").status is Status.SUCCEEDED
+    pool = svc.store.pool("c1", POOL)
+    assert (pool.state, pool.holder_task_id, pool.idle_since) == (PoolState.IDLE, None, svc.clock.now())
+    assert svc.node_pools.count("delete") == 0 and ("c1", POOL) in svc.node_pools.pools
+    assert k8s(svc).jobs == {} and k8s(svc).count("delete_job") == 1
+
+
+def test_kept_pool_is_reused_by_the_waiting_task(svc: Services) -> None:
+    running(svc, "t1")
+    queued(svc, "t2")
+    succeed(svc)
+    release(svc, "t1")
+    svc.store.start_acquiring("t2", QUEUE, "alice", "lease-x", "picked", svc.clock.now())
+    assert provision(svc, load_view(svc, "t2")).name == POOL
+    assert svc.store.pool("c1", POOL).holder_task_id == "t2"
+
+
+def test_pool_is_deleted_when_nobody_waits(svc: Services) -> None:
+    running(svc, "t1")
+    succeed(svc)
+    release(svc, "t1")
+    assert svc.store.pool("c1", POOL).state is PoolState.DELETED
+    assert svc.node_pools.pools == {}
+    assert svc.store.task("t1").message == ""
+
+
+def test_pool_is_deleted_when_a_waiter_already_has_an_idle_pool(svc: Services) -> None:
+    running(svc, "t1")
+    svc.store.add_pool(idle("falcon-kept", svc.clock.now()))
+    queued(svc, "t2")
+    succeed(svc)
+    release(svc, "t1")
+    assert svc.store.pool("c1", POOL).state is PoolState.DELETED
+    assert svc.store.pool("c1", "falcon-kept").state is PoolState.IDLE
+
+
+def test_waiter_of_another_queue_does_not_keep_the_pool(svc: Services) -> None:
+    running(svc, "t1")
+    queued(svc, "t2", "2x4")
+    succeed(svc)
+    release(svc, "t1")
+    assert svc.store.pool("c1", POOL).state is PoolState.DELETED
+
+
+def test_pool_that_never_became_ready_is_deleted_even_with_waiters(svc: Services) -> None:
+    svc2 = make_services(node_pool_timeout_seconds=60)
+    svc2.store.add_cluster(cluster("c1"))
+    view = acquiring(svc2, "t1")
+    choice = provision(svc2, view)
+    svc2.node_pools.script(POOL, never_ready=True)
+    queued(svc2, "t2")
+    with pytest.raises(TaskEnded) as ended:
+        wait_pool_ready(svc2, view, choice, svc2.clock.now())
+    assert record_outcome(svc2, "t1", ended.value.outcome, [Phase.ACQUIRING], released_inline=True)
+    outcome = release(svc2, "t1")
+    assert (outcome.status, outcome.reason) == (Status.FAILED, Reason.NODE_POOL_TIMEOUT)
+    assert svc2.store.pool("c1", POOL).state is PoolState.DELETED
+    assert svc2.node_pools.pools == {}
+    assert svc2.store.progress["t1"].release_run_id == "run-1"  # released inline by the acquire run
+
+
+def test_deletion_error_is_appended_to_the_message(svc: Services) -> None:
+    running(svc, "t1")
+    succeed(svc)
+    svc.node_pools.fail_delete(PermanentError("permission denied: container.nodePools.delete"))
+    outcome = release(svc, "t1")
+    text = "(node pool deletion failed: permission denied: container.nodePools.delete)"
+    assert outcome.status is Status.SUCCEEDED and outcome.message == text
+    task = svc.store.task("t1")
+    assert (task.status, task.message) == (Status.SUCCEEDED, text)
+    assert svc.store.pool("c1", POOL).state is PoolState.DELETING  # left for the janitor
+    assert svc.store.pool_error("c1", POOL) == "permission denied: container.nodePools.delete"
+
+
+def test_deletion_error_keeps_the_failure_message_in_front(svc: Services) -> None:
+    running(svc, "t1", timeout_seconds=10)
+    svc.clock.advance(10)
+    reconcile.follow_running(svc, clusters(svc))
+    svc.node_pools.fail_delete(PermanentError("quota"))
+    outcome = release(svc, "t1")
+    assert outcome.reason is Reason.TIMEOUT
+    assert outcome.message == "Task timed out (10s), Job cancelled (node pool deletion failed: quota)"
+
+
+def test_gke_busy_while_deleting_is_waited_out(svc: Services) -> None:
+    running(svc, "t1")
+    succeed(svc)
+    svc.node_pools.fail_delete(TemporaryError("another operation"), times=3)
+    assert release(svc, "t1").message == ""
+    assert svc.store.pool("c1", POOL).state is PoolState.DELETED
+    assert svc.node_pools.count("delete") == 4
+
+
+def test_multi_host_release_deletes_the_service(svc: Services) -> None:
+    running(svc, "t1", "2x4")
+    assert ("falcon-jobs", JOB) in k8s(svc).services
+    succeed(svc)
+    release(svc, "t1")
+    assert k8s(svc).services == {} and k8s(svc).jobs == {}
+
+
+# -- reaping kept pools ---------------------------------------------------------------------------
+
+
+def test_idle_pool_past_its_grace_is_deleted(svc: Services) -> None:
+    cl = svc.store.clusters()[0]
+    svc.node_pools.add_existing(cl, "falcon-kept")
+    svc.store.add_pool(idle("falcon-kept", svc.clock.now()))
+    svc.clock.advance(120)
+    assert reconcile.reap_idle_pools(svc, clusters(svc), {}) == []  # grace not yet over
+    svc.clock.advance(1)
+    assert reconcile.reap_idle_pools(svc, clusters(svc), {}) == ["falcon-kept"]
+    assert svc.store.pool("c1", "falcon-kept").state is PoolState.DELETING
+    assert svc.node_pools.count("delete", "falcon-kept") == 1
+    reconcile.reap_idle_pools(svc, clusters(svc), {})  # next round: GKE no longer has it
+    assert svc.store.pool("c1", "falcon-kept").state is PoolState.DELETED
+
+
+def test_idle_pool_with_waiters_is_kept_until_ten_graces(svc: Services) -> None:
+    svc.node_pools.add_existing(svc.store.clusters()[0], "falcon-kept")
+    svc.store.add_pool(idle("falcon-kept", svc.clock.now()))
+    waiting = {QUEUE: 1}
+    svc.clock.advance(1200)
+    assert reconcile.reap_idle_pools(svc, clusters(svc), waiting) == []
+    assert svc.store.pool("c1", "falcon-kept").state is PoolState.IDLE
+    svc.clock.advance(1)
+    assert reconcile.reap_idle_pools(svc, clusters(svc), waiting) == ["falcon-kept"]
+
+
+def test_waiters_of_another_queue_do_not_keep_an_idle_pool(svc: Services) -> None:
+    svc.store.add_pool(idle("falcon-kept", svc.clock.now()))
+    svc.clock.advance(121)
+    assert reconcile.reap_idle_pools(svc, clusters(svc), {QueueKey("c1", "2x4"): 3}) == ["falcon-kept"]
+
+
+def test_deletion_gke_refused_is_asked_again_next_round(svc: Services) -> None:
+    svc.node_pools.add_existing(svc.store.clusters()[0], "falcon-kept")
+    svc.store.add_pool(idle("falcon-kept", svc.clock.now() - timedelta(seconds=500)))
+    svc.node_pools.fail_delete(TemporaryError("another operation"))
+    assert reconcile.reap_idle_pools(svc, clusters(svc), {}) == ["falcon-kept"]
+    assert ("c1", "falcon-kept") in svc.node_pools.pools
+    reconcile.reap_idle_pools(svc, clusters(svc), {})  # still there: deleted again
+    assert svc.node_pools.pools == {}
+    reconcile.reap_idle_pools(svc, clusters(svc), {})
+    assert svc.store.pool("c1", "falcon-kept").state is PoolState.DELETED
+
+
+def test_orphan_falcon_pools_are_deleted_tracked_ones_are_not(svc: Services) -> None:
+    cl = svc.store.clusters()[0]
+    running(svc, "t1")
+    svc.node_pools.add_existing(cl, "falcon-orphan")
+    svc.node_pools.add_existing(cl, "default-pool")
+    assert reconcile.delete_orphan_pools(svc, clusters(svc)) == ["falcon-orphan"]
+    assert set(svc.node_pools.pools) == {("c1", POOL), ("c1", "default-pool")}
