@@ -8,9 +8,10 @@ n it measures:
 
   memory    the pure pass on pre-loaded WaitingTask lists: pick_next per queue, then
             waiting_messages of the rest, for all 20 queues (what schedule() computes)
-  snapshot  loading the dispatcher's QueueBook: repo.waiting_rows + repo.last_actors (done at start
-            and every FALCON_QUEUE_REFRESH_SECONDS, not every tick)
-  first     one falcon.services.queueing.schedule() pass right after the load, commit included:
+  snapshot  loading the dispatcher's QueueBook: repo.waiting_rows + repo.last_actors, then
+            QueueBook.load(rows, last_actors) (done at start and every
+            FALCON_QUEUE_REFRESH_SECONDS, not every tick)
+  first     one falcon.services.queueing.schedule() pass right after the load, commits included:
             20 picks and every waiting task's Message written (rows reset between repetitions)
   one frees the pass after one queue's acquiring task reached Running: 1 pick, and that queue's
             Messages rewritten (every position behind the picked task moved) — the typical busy pass
@@ -18,8 +19,12 @@ n it measures:
             dispatcher does every 0.5 s while tasks wait)
 
 on SQLite (file, WAL, as `falcon local` runs it) and on a throwaway MariaDB (unix socket).
-Slots are a fake in-memory object that always grants: the Prefect global-concurrency-limit
-calls are the edge of this unit and are not measured here. Each cell is the median of a few
+A pass is what the dispatcher's tick does around schedule(): read the queues whose slot a task
+holds (repo.acquiring_queues; the tick reads it in its snapshot), then schedule() against the
+task store the dispatcher uses (falcon.adapters.db.store.SqlTaskStore: each write - one per pick,
+then the Messages - its own short transaction). Slots are a fake in-memory object that always
+grants: the Prefect global-concurrency-limit calls are the edge of this unit and are not measured
+here. Each cell is the median of a few
 repetitions; ns/(n log2 n) should stay flat (or fall) as n grows if the pass is O(n log n).
 
 Run:  .venv/bin/python benchmarks/bench_dispatch_pass.py [--sizes 1000,10000,100000]
@@ -53,7 +58,9 @@ from falcon.adapters.db import repository as repo
 from falcon.adapters.db.migrate import upgrade
 from falcon.adapters.db.orm import JobRow, QueueRotationRow, TaskProgressRow
 from falcon.adapters.db.session import engine_for, session_scope
-from falcon.domain.messages import Locale
+from falcon.adapters.db.store import SqlTaskStore
+from falcon.domain.lifecycle import Phase
+from falcon.domain.messages import Locale, Messages
 from falcon.domain.model import QueueKey
 from falcon.domain.scheduling import WaitingTask, pick_next, waiting_messages
 from falcon.domain.status import Reason, Status
@@ -166,7 +173,7 @@ def load(url: str, rows: list[Row]) -> float:
                 [
                     {
                         "task_id": r.task_id,
-                        "phase": repo.Phase.WAITING,
+                        "phase": Phase.WAITING.value,
                         "cluster_id": r.queue.cluster_id,
                         "topology": r.queue.topology,
                         "attempt": 0,
@@ -199,8 +206,8 @@ def reset(url: str, rows: list[Row]) -> None:
         )
         conn.execute(
             progress.update()
-            .where(progress.c.phase != repo.Phase.WAITING)
-            .values(phase=repo.Phase.WAITING, lease_id=None, attempt=0)
+            .where(progress.c.phase != Phase.WAITING.value)
+            .values(phase=Phase.WAITING.value, lease_id=None, attempt=0)
         )
         conn.execute(rotation.delete())
         conn.execute(
@@ -228,6 +235,9 @@ class GrantingSlots:
         lease = str(uuid.uuid4())
         self.leases[lease] = name
         return lease
+
+    def renew(self, lease_id: str, lease_seconds: int) -> bool:
+        return lease_id in self.leases
 
     def release(self, lease_id: str) -> None:
         self.leases.pop(lease_id, None)
@@ -258,14 +268,18 @@ def memory_pass(queues: dict[QueueKey, list[WaitingTask]], last: dict[QueueKey, 
 def snapshot_read(url: str) -> QueueBook:
     book = QueueBook()
     with session_scope(url) as session:
-        book.load(session)
+        rows, last_actors = repo.waiting_rows(session), repo.last_actors(session)
+    book.load(rows, last_actors)
     return book
 
 
 def schedule_pass(url: str, book: QueueBook) -> tuple[int, int]:
-    """One schedule() pass in its own unit of work (committed, as the dispatcher's tick does)."""
+    """One schedule() pass as the dispatcher's tick runs it: the acquiring queues read, then
+    schedule() on the SQL task store (each write committed in its own short transaction)."""
     with session_scope(url) as session:
-        result = schedule(session, book, GrantingSlots(), NOW, LOCALE, LEASE_SECONDS)
+        acquiring = repo.acquiring_queues(session)
+    store = SqlTaskStore(url)
+    result = schedule(store, book, GrantingSlots(), acquiring, Messages(LOCALE), NOW, LEASE_SECONDS)
     return len(result.picks), result.messages_written
 
 
@@ -274,9 +288,9 @@ def free_one_slot(url: str) -> None:
     progress = _table(TaskProgressRow)
     with engine_for(url).begin() as conn:
         task_id = conn.execute(
-            sa.select(progress.c.task_id).where(progress.c.phase == repo.Phase.ACQUIRING).limit(1)
+            sa.select(progress.c.task_id).where(progress.c.phase == Phase.ACQUIRING.value).limit(1)
         ).scalar_one()
-        conn.execute(progress.update().where(progress.c.task_id == task_id).values(phase=repo.Phase.RUNNING))
+        conn.execute(progress.update().where(progress.c.task_id == task_id).values(phase=Phase.RUNNING.value))
 
 
 def timed(fn: Callable[[], object], repeats: int, before: Callable[[], object] | None = None) -> list[float]:

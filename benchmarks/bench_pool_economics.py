@@ -10,8 +10,9 @@ tests do), against a fresh emulator and a fresh SQLite file, under one ephemeral
 * keep-all    - keep every pool forever: keep-or-delete forced to "keep", kept-pool grace ~infinite;
                 Falcon's own reuse path then hands any idle pool of the queue to the next task.
 
-The two baselines are made by monkeypatching ``falcon.services.release.keep_pool_after_task`` in
-this process (the policy seam; it is the edge of the experiment) and, for keep-all, by setting
+The two baselines inject their keep-or-delete policy through Falcon's own seams: the arm's Services
+are ``dataclasses.replace(services, keep_pool=...)``, and every flow of the arm runs on them
+(``falcon.bootstrap.serving``); no Falcon module is monkeypatched. Keep-all also sets
 FALCON_KEPT_POOL_GRACE_SECONDS. Nothing else differs between the arms.
 
 Measured, per arm:
@@ -28,11 +29,12 @@ Measured, per arm:
   GKE not yet deleting (per-cluster operation lock), being deleted;
 * submit -> Running: row ``created_at`` to the first poll (every 0.1 s) that sees status Running.
 
---guard-reservation-race (off by default, NOT Falcon's behaviour) counts Falcon's own reservation
-pools still being created as in use when Falcon reads a reservation's free capacity; without it,
-concurrent creates from two queues of one cluster can overrun the reservation (GCE_STOCKOUT).
+The former --guard-reservation-race option (a monkeypatch of ``Reservations.capacity``) is gone:
+Falcon itself now counts its own reservation pools still being created when it reads a
+reservation's room (``falcon.services.acquisition._reservation``), so concurrent creates from two
+queues of one cluster no longer overrun the reservation.
 
-Run: .venv/bin/python benchmarks/bench_pool_economics.py [--tasks 60 --seed 7] [--guard-reservation-race]
+Run: .venv/bin/python benchmarks/bench_pool_economics.py [--tasks 60 --seed 7]
 (about 9-10 minutes on 2 cores for the default 60 tasks)
 """
 
@@ -49,7 +51,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -65,17 +67,13 @@ from sqlalchemy.exc import SQLAlchemyError  # noqa: E402
 from workload import TPU_TYPE, SyntheticTask, WorkloadParams, generate, summary  # noqa: E402
 
 from falcon.adapters.clock import utc_now  # noqa: E402
-from falcon.adapters.compute import Reservations  # noqa: E402
 from falcon.adapters.db import repository as repo  # noqa: E402
 from falcon.adapters.db.migrate import upgrade  # noqa: E402
 from falcon.adapters.db.session import session_scope  # noqa: E402
-from falcon.bootstrap import Gateways  # noqa: E402
+from falcon.bootstrap import build_services, serving  # noqa: E402
+from falcon.domain.lifecycle import PoolState  # noqa: E402
 from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, node_pool_name_for  # noqa: E402
-from falcon.domain.node_pools import ReservationRef  # noqa: E402
-from falcon.domain.scheduling import ReservationCapacity  # noqa: E402
 from falcon.domain.status import TERMINAL, Status  # noqa: E402
-from falcon.domain.topology import resolve_shape  # noqa: E402
-from falcon.services import release  # noqa: E402
 from falcon.services.context import Services  # noqa: E402
 from falcon.services.dispatching import Dispatcher  # noqa: E402
 from falcon.settings import get_settings  # noqa: E402
@@ -156,7 +154,9 @@ def clusters(arm: str) -> list[Cluster]:
 class Arm:
     name: str
     label: str
-    keep_policy: Callable[..., bool] | None  # replaces release.keep_pool_after_task; None = Falcon's
+    # Services.keep_pool for the arm, from (tasks waiting in the queue, pools already kept for it);
+    # None = Falcon's own rule (falcon.domain.scheduling.keep_pool_after_task).
+    keep_policy: Callable[[int, int], bool] | None
     kept_pool_grace_seconds: int
     keeps_idle_pools: bool  # an idle pool at the end is expected (and not waited for)
 
@@ -168,48 +168,6 @@ def arms(compression: float) -> list[Arm]:
         Arm("delete-each", "baseline 1: create+delete per task", lambda *_: False, grace, False),
         Arm("keep-all", "baseline 2: keep every pool forever", lambda *_: True, FOREVER, True),
     ]
-
-
-@contextlib.contextmanager
-def keep_policy(policy: Callable[[int], bool] | None) -> Iterator[None]:
-    original = release.keep_pool_after_task
-    if policy is not None:
-        release.keep_pool_after_task = policy  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        release.keep_pool_after_task = original  # type: ignore[assignment]
-
-
-@contextlib.contextmanager
-def reservation_guard(enabled: bool) -> Iterator[None]:
-    """Opt-in, NOT Falcon's behaviour: count Falcon's own reservation pools still being created as
-    in use when reading a reservation's free capacity (GCE counts them only once their VMs exist).
-
-    Without it two queues of one cluster can both see room, create on the reservation, and the
-    later create ends in GCE_STOCKOUT (Falcon then fails the task instead of falling back).
-    """
-    original = Reservations.capacity
-    if not enabled:
-        yield
-        return
-
-    def capacity(self: Reservations, ref: ReservationRef, zone: str) -> ReservationCapacity:
-        found = original(self, ref, zone)
-        with session_scope(get_settings().resolved_database_url) as s:
-            creating = repo.pools_in(s, [repo.PoolState.CREATING])
-        pending = sum(
-            resolve_shape(TPU_TYPE, p.topology).nodes
-            for p in creating
-            if p.mode == ProvisioningMode.RESERVATION and p.reservation == found.name
-        )
-        return dataclasses.replace(found, in_use=found.in_use + pending)
-
-    Reservations.capacity = capacity  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        Reservations.capacity = original  # type: ignore[method-assign]
 
 
 class ErrorLog(logging.Handler):
@@ -238,11 +196,11 @@ class ErrorLog(logging.Handler):
 
 LIVE_POD_PHASES = {"Pending", "Running"}
 ALL_POOL_STATES = (
-    repo.PoolState.CREATING,
-    repo.PoolState.IN_USE,
-    repo.PoolState.IDLE,
-    repo.PoolState.DELETING,
-    repo.PoolState.DELETED,
+    PoolState.CREATING,
+    PoolState.IN_USE,
+    PoolState.IDLE,
+    PoolState.DELETING,
+    PoolState.DELETED,
 )
 
 
@@ -285,7 +243,7 @@ class Monitor(threading.Thread):
         self.peak_nodes = 0
         self.last_state: dict[str, object] = {}
         self.kept_since: dict[str, float] = {}  # pool -> when first seen in Falcon's idle state
-        self.kept_spells: list[tuple[float, str]] = []  # (seconds idle, what followed: in_use/deleting)
+        self.kept_spells: list[tuple[float, PoolState]] = []  # (seconds idle, what followed: in_use/deleting)
         self._halt = threading.Event()
         self._recording = threading.Event()
         self._client = httpx.Client(base_url=url, timeout=5.0)
@@ -339,9 +297,9 @@ class Monitor(threading.Thread):
                         else:
                             counts.idle += 1
                             falcon_state = db_state.get(str(pool["name"]))
-                            if falcon_state == repo.PoolState.IDLE:
+                            if falcon_state == PoolState.IDLE:
                                 counts.kept += 1
-                            elif falcon_state in (repo.PoolState.DELETING, repo.PoolState.DELETED):
+                            elif falcon_state in (PoolState.DELETING, PoolState.DELETED):
                                 counts.to_delete += 1
                             elif node in ended_nodes:
                                 counts.ended += 1
@@ -352,10 +310,10 @@ class Monitor(threading.Thread):
         self.last_state = state
         return counts
 
-    def _track_kept(self, db_state: dict[str, str]) -> None:
+    def _track_kept(self, db_state: dict[str, PoolState]) -> None:
         now = time.monotonic()
         for name, st in db_state.items():
-            if st == repo.PoolState.IDLE:
+            if st == PoolState.IDLE:
                 self.kept_since.setdefault(name, now)
             elif name in self.kept_since:
                 self.kept_spells.append((now - self.kept_since.pop(name), st))
@@ -393,25 +351,18 @@ class ArmResult:
     monitor_errors: int = 0
     peak_nodes: int = 0
     unknown_pools: int = 0
-    kept_spells: list[tuple[float, str]] = field(default_factory=list)
+    kept_spells: list[tuple[float, PoolState]] = field(default_factory=list)
 
 
-def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Path, guard: bool) -> ArmResult:
-    from flows.lifecycle import task_lifecycle, task_release
-
-    from falcon.adapters import slots
-    from falcon.adapters.runs import InProcessLauncher
+def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Path) -> ArmResult:
+    from tests.integration.launcher import InProcessLauncher
 
     db_url = f"sqlite:///{work / 'falcon.db'}"
     upgrade(db_url)
     result = ArmResult(arm)
     config = EmulatorConfig.from_dict(emulator_config())
     slice_nodes = {node_pool_name_for(t.task_id, t.topology): t.nodes for t in tasks}
-    with (
-        EmulatorServer(config, work / "emu") as emulator,
-        keep_policy(arm.keep_policy),
-        reservation_guard(guard),
-    ):
+    with EmulatorServer(config, work / "emu") as emulator, contextlib.ExitStack() as arm_wiring:
         os.environ.update(
             FALCON_HOME=str(work),
             FALCON_DATABASE_URL=db_url,
@@ -423,12 +374,15 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
         )
         get_settings.cache_clear()
         settings = get_settings()
-        services = Services(settings, Gateways(settings))
-        with services.db() as s:
+        launcher = InProcessLauncher()  # Falcon's flows.lifecycle task_lifecycle and task_release
+        services = build_services(settings, launcher)
+        if arm.keep_policy is not None:
+            services = dataclasses.replace(services, keep_pool=arm.keep_policy)
+        arm_wiring.enter_context(serving(services))  # the arm's flows run on these services too
+        with session_scope(db_url) as s:
             for cluster in clusters(arm.name):
                 repo.add_cluster(s, cluster, utc_now())
-        launcher = InProcessLauncher(task_lifecycle, task_release)
-        dispatcher = Dispatcher(services, slots, launcher)
+        dispatcher = Dispatcher(services)
         monitor = Monitor(emulator.url, db_url, slice_nodes, sample_seconds)
         monitor.start()
 
@@ -460,6 +414,7 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
             log.error("arm %s did not finish within 600 s", arm.name)
         result.wall_seconds = time.monotonic() - started
         monitor.stop()
+        dispatcher.close()
         launcher.join(5)
 
         state = httpx.get(f"{emulator.url}/emulator/state").json()
@@ -468,7 +423,7 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
             result.pools_deleted += cluster["counters"]["nodePoolsDeleted"]
             result.pools_left += len(cluster["nodePools"])
             result.nodes_left += sum(p["nodeCount"] for p in cluster["nodePools"])
-        with services.db() as s:
+        with session_scope(services.settings.resolved_database_url) as s:
             rows_by_id = {t.id: t for t in repo.list_tasks(s, 10_000)}
             all_pools = repo.pools_in(s, list(ALL_POOL_STATES))
         result.pools_by_mode = Counter(p.mode for p in all_pools)
@@ -521,7 +476,7 @@ def submit(services: Services, task: SyntheticTask, created_at: dict[str, dateti
 
 def observe(services: Services, running_at: dict[str, datetime]) -> dict[str, Status]:
     now = utc_now()
-    with services.db() as s:
+    with session_scope(services.settings.resolved_database_url) as s:
         rows = repo.list_tasks(s, 10_000)
     for row in rows:
         if row.status is Status.RUNNING and row.id not in running_at:
@@ -532,9 +487,9 @@ def observe(services: Services, running_at: dict[str, datetime]) -> dict[str, St
 def settled(services: Services, monitor: Monitor, arm: Arm) -> bool:
     """Every task is terminal; wait until no pool is being created or deleted and, unless the arm
     keeps pools forever, every pool is gone."""
-    with services.db() as s:
-        busy = repo.pools_in(s, [repo.PoolState.CREATING, repo.PoolState.IN_USE, repo.PoolState.DELETING])
-        idle = repo.pools_in(s, [repo.PoolState.IDLE])
+    with session_scope(services.settings.resolved_database_url) as s:
+        busy = repo.pools_in(s, [PoolState.CREATING, PoolState.IN_USE, PoolState.DELETING])
+        idle = repo.pools_in(s, [PoolState.IDLE])
     if busy or (idle and not arm.keeps_idle_pools):
         return False
     state = monitor.last_state
@@ -627,8 +582,8 @@ def report(results: list[ArmResult], tasks: list[SyntheticTask], compression: fl
                 f"{r.pools_left} pools / {r.nodes_left} nodes still up at the end (idle from then on)"
             )
         lines.append(f"{r.arm.name}: {r.arm.label}; " + ", ".join(notes))
-        claimed = [d for d, then in r.kept_spells if then == repo.PoolState.IN_USE]
-        reaped = [d for d, then in r.kept_spells if then != repo.PoolState.IN_USE]
+        claimed = [d for d, then in r.kept_spells if then == PoolState.IN_USE]
+        reaped = [d for d, then in r.kept_spells if then != PoolState.IN_USE]
         if claimed or reaped:
             lines.append(
                 f"    kept pools: {len(claimed)} claimed by the next task after a mean "
@@ -652,11 +607,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compression", type=float, default=DEFAULT_COMPRESSION)
     parser.add_argument("--sample", type=float, default=0.2, help="emulator poll interval, seconds")
     parser.add_argument("--arms", default="falcon,delete-each,keep-all")
-    parser.add_argument(
-        "--guard-reservation-race",
-        action="store_true",
-        help="not Falcon's behaviour: count Falcon's reservation pools still being created as in use",
-    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
@@ -683,15 +633,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{RESERVATIONS['b']} nodes), both v6e with flex-start; node-seconds polled every {args.sample} s."
     )
     print(
-        "  baselines are Falcon with release.keep_pool_after_task monkeypatched in-process "
-        "(delete-each: always delete; keep-all: always keep, FALCON_KEPT_POOL_GRACE_SECONDS=1e9)."
+        "  baselines are Falcon with its keep-or-delete policy injected (Services.keep_pool; "
+        "delete-each: always delete; keep-all: always keep, FALCON_KEPT_POOL_GRACE_SECONDS=1e9)."
     )
     sys.stdout.flush()
 
     from prefect.testing.utilities import prefect_test_harness
 
-    if args.guard_reservation_race:
-        print("  --guard-reservation-race: Falcon's reservation pools still being created count as in use.")
     results = []
     errors = ErrorLog()
     prefect_logger = logging.getLogger("prefect")
@@ -702,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"running arm {arm.name} ...", flush=True)
             work = Path(tmp) / arm.name
             work.mkdir()
-            result = replay(arm, tasks, args.sample, work, args.guard_reservation_race)
+            result = replay(arm, tasks, args.sample, work)
             result.errors = errors.take()
             print(f"  done in {result.wall_seconds:.0f} s: {dict(result.statuses)}", flush=True)
             results.append(result)

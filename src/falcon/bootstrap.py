@@ -8,6 +8,8 @@ caching); they look the services up here.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cached_property
 
 from falcon.adapters.clock import SystemClock
@@ -84,13 +86,30 @@ def build_services(settings: Settings, launcher: Launcher | None = None) -> Serv
 
 
 _services: Services | None = None
+_served: Services | None = None
 _services_lock = threading.Lock()
 
 
 def services() -> Services:
-    """The process's services for the current settings."""
+    """The process's services: those given to ``serving``, else built for the current settings."""
     global _services
     with _services_lock:
+        if _served is not None:
+            return _served
         if _services is None or _services.settings is not get_settings():
             _services = build_services(get_settings())
         return _services
+
+
+@contextmanager
+def serving(given: Services) -> Iterator[Services]:
+    """Run this process's flows on ``given`` services for the block: a process that embeds the
+    flows with its own wiring (the economics benchmark's baseline keep policies, for one)."""
+    global _served
+    with _services_lock:
+        previous, _served = _served, given
+    try:
+        yield given
+    finally:
+        with _services_lock:
+            _served = previous
