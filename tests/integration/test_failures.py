@@ -297,13 +297,14 @@ def test_a_reservation_read_failing_once_is_retried_by_prefect_and_the_task_runs
 ) -> None:
     """The path production takes: the provision task raises TemporaryError, Prefect's retry
     condition accepts it, and the task's second run provisions the pool."""
+    task_id = f"t-retried-{uuid.uuid4().hex[:8]}"  # its flow run's name is unique in the Prefect server
     inject_fault(
         emulator, "GET", RESERVATION_ZONE_PATH, 503, "The service is currently unavailable.", times=1
     )
-    submit(db_url, "t-retried", "alice", "2x2")
-    finished(services, "t-retried")
-    assert task_of(services, "t-retried").status is Status.SUCCEEDED
-    assert provision_run_counts("acquire-t-retried") == [2]
+    submit(db_url, task_id, "alice", "2x2")
+    finished(services, task_id)
+    assert task_of(services, task_id).status is Status.SUCCEEDED
+    assert provision_run_counts(f"acquire-{task_id}") == [2]
 
 
 def provision_run_counts(flow_run_name: str) -> list[int]:
