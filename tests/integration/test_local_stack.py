@@ -116,8 +116,8 @@ def stop_and_check_nothing_left(proc: subprocess.Popen[str], home: Path, sig: si
     os.killpg(proc.pid, sig)
     proc.wait(timeout=30)
     took = time.monotonic() - started_at
-    time.sleep(0.5)
-    left = [(p.pid, " ".join(p.cmdline())[:120]) for p in stack_processes(home) if p.is_running()]
+    _, alive = psutil.wait_procs(stack_processes(home), timeout=5)  # reaped children may lag a moment
+    left = [(p.pid, " ".join(p.cmdline())[:120]) for p in alive if p.is_running()]
     assert left == [], left
     return took
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import requests
 import urllib3
@@ -12,8 +12,6 @@ from google.api_core import exceptions as gexc
 from kubernetes.client.exceptions import ApiException
 
 from falcon.domain.errors import ConflictError, NotFoundError, PermanentError, TemporaryError
-
-T = TypeVar("T")
 
 _RETRYABLE_HTTP = {408, 429, 500, 502, 503, 504}
 # Phrases of a 429 that is a rate limit (retry) rather than an exhausted resource quota (final).
@@ -98,10 +96,3 @@ def kubernetes_errors(what: str) -> Iterator[None]:
         raise PermanentError(detail) from exc
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         raise TemporaryError(f"{what}: {exc}") from exc
-
-
-def ignoring_not_found(call: Callable[[], T]) -> T | None:
-    try:
-        return call()
-    except NotFoundError:
-        return None
