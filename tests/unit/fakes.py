@@ -90,6 +90,7 @@ class MemoryTaskStore:
         self.progress: dict[str, Progress] = {}
         self.pools: dict[tuple[str, str], NodePool] = {}
         self.pool_errors: dict[tuple[str, str], str | None] = {}
+        self.pool_created: dict[tuple[str, str], datetime] = {}  # pools_in lists oldest first
         self.cluster_rows: dict[str, Cluster] = {}
         self.rotation: dict[QueueKey, str] = {}
         self.calls: list[tuple[str, str]] = []  # (method, task id or pool name) of every write
@@ -127,8 +128,17 @@ class MemoryTaskStore:
 
     @contextmanager
     def cluster_locked(self, cluster_id: str) -> Iterator[MemoryTaskStore]:
-        with self._tx():
-            yield self
+        """One transaction: the block writes to a copy, which replaces this store's state only
+        when the block ends without raising; until then readers of this store see none of it."""
+        with self._lock:
+            staged = MemoryTaskStore(self.clock)
+            staged._restore(self._state())
+            staged.cluster_rows = self.cluster_rows
+            staged.pool_created = dict(self.pool_created)
+            yield staged
+            self._restore(staged._state())
+            self.pool_created = staged.pool_created
+            self.calls.extend(staged.calls)
 
     # -- what upstream (and the CLI) do ------------------------------------------------------
 
@@ -182,6 +192,7 @@ class MemoryTaskStore:
     def add_pool(self, pool: NodePool) -> None:
         """Seed a pool record as it is (write_ahead_pool always writes idle_since NULL)."""
         self.pools[(pool.cluster_id, pool.name)] = pool
+        self.pool_created.setdefault((pool.cluster_id, pool.name), pool.idle_since or self.clock.now())
 
     def pool_error(self, cluster_id: str, name: str) -> str | None:
         return self.pool_errors.get((cluster_id, name))
@@ -265,7 +276,8 @@ class MemoryTaskStore:
         return self.pools.get((cluster_id, name))
 
     def pools_in(self, states: Sequence[PoolState]) -> list[NodePool]:
-        return [p for p in self.pools.values() if p.state in states]  # dicts keep creation order
+        found = [p for p in self.pools.values() if p.state in states]
+        return sorted(found, key=lambda p: self.pool_created[(p.cluster_id, p.name)])
 
     def held_pool(self, cluster_id: str, task_id: str) -> NodePool | None:
         return next(
@@ -364,7 +376,8 @@ class MemoryTaskStore:
     ) -> int | None:
         self.calls.append(("start_acquiring", task_id))
         with self._tx():
-            if not self._write_task(
+            waiting = task_id in self.rows and self.rows[task_id].reason is Reason.WAITING
+            if not waiting or not self._write_task(
                 task_id, [Status.PENDING], {"message": message}, Status.PENDING, Reason.PROVISIONING
             ):
                 return None
@@ -467,7 +480,10 @@ class MemoryTaskStore:
     def write_ahead_pool(self, pool: NodePool, now: datetime) -> None:
         self.calls.append(("write_ahead_pool", pool.name))
         with self._tx():
-            self.pools.setdefault((pool.cluster_id, pool.name), replace(pool, idle_since=None))
+            key = (pool.cluster_id, pool.name)
+            if key not in self.pools:
+                self.pools[key] = replace(pool, idle_since=None)
+                self.pool_created[key] = now
 
     def _move_pool(
         self,

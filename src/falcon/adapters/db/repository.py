@@ -239,8 +239,10 @@ def _write_task(
     values: dict[Any, Any],
     status: Status | None = None,
     reason: Reason | None = _KEEP,
+    expect_reason: Reason | None = None,
 ) -> bool:
-    """Compare-and-set on the row's status; True if the row was in one of ``expect`` and changed.
+    """Compare-and-set on the row's status (and ``expect_reason``, if given); True if the row was
+    in one of ``expect`` and changed.
 
     A status or reason written is checked against the state machine first (design §9): an
     illegal write is a bug in Falcon and raises before it reaches the row."""
@@ -252,12 +254,10 @@ def _write_task(
     if reason is not _KEEP:
         values[JobRow.reason] = reason.value if reason else None
     values[JobRow.updated_at] = now
-    result = session.execute(
-        sa.update(JobRow)
-        .where(JobRow.id == task_id, JobRow.status.in_([s.value for s in expect]))
-        .values(values)
-        .execution_options(synchronize_session=False)
-    )
+    query = sa.update(JobRow).where(JobRow.id == task_id, JobRow.status.in_([s.value for s in expect]))
+    if expect_reason is not None:
+        query = query.where(JobRow.reason == expect_reason.value)
+    result = session.execute(query.values(values).execution_options(synchronize_session=False))
     return bool(getattr(result, "rowcount", 0))
 
 
@@ -326,16 +326,12 @@ def queue_task(session: Session, task_id: str, queue: QueueKey, now: datetime) -
 def start_acquiring(
     session: Session, task_id: str, queue: QueueKey, actor: str, lease_id: str, message: str, now: datetime
 ) -> int | None:
-    """The dispatcher picked the task and holds its queue's slot: Pending/Provisioning, phase
-    acquiring with the lease and a new attempt, and the queue's rotation. Returns the attempt."""
+    """The dispatcher picked the waiting task and holds its queue's slot: Pending/Provisioning,
+    phase acquiring with the lease and a new attempt, and the queue's rotation. Returns the
+    attempt; None if the task is no longer waiting (aborted, or picked already)."""
+    values: dict[Any, Any] = {JobRow.message: message}
     if not _write_task(
-        session,
-        task_id,
-        [Status.PENDING],
-        now,
-        {JobRow.message: message},
-        Status.PENDING,
-        Reason.PROVISIONING,
+        session, task_id, [Status.PENDING], now, values, Status.PENDING, Reason.PROVISIONING, Reason.WAITING
     ):
         return None
     attempt = (

@@ -1,0 +1,427 @@
+"""One contract for the TaskStore port, run against the SQL store and the unit tests' fake.
+
+The service tests trust ``MemoryTaskStore`` to behave like ``SqlTaskStore``; every test here runs
+the same body against both (the SQL one on SQLite and on MariaDB). Rows upstream writes go in
+through ``Upstream``, which hides how each implementation seeds them. Where the two disagree,
+the test asserts what the SQL store (production) does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from falcon.adapters.db import repository as repo
+from falcon.adapters.db.orm import NodePoolRow
+from falcon.adapters.db.session import session_scope
+from falcon.adapters.db.store import SqlTaskStore
+from falcon.domain.lifecycle import (
+    IllegalPhaseMoveError,
+    NodePool,
+    Outcome,
+    Phase,
+    PoolState,
+    Progress,
+    WaitingRow,
+)
+from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, Task
+from falcon.domain.scheduling import WaitingTask
+from falcon.domain.status import IllegalTransitionError, Reason, Status
+from falcon.services.ports import TaskStore
+from tests.unit.fakes import FakeClock, MemoryTaskStore, cluster, spec_for
+
+T0 = datetime(2026, 11, 29, 12, 0, 0, 250000, tzinfo=UTC)
+T1, T2 = T0 + timedelta(seconds=30), T0 + timedelta(seconds=60)
+Q = QueueKey("c1", "2x2")
+Q2 = QueueKey("c1", "4x4")
+C1 = cluster("c1")
+
+# `store` is memory or sql; the sql variant uses `db_url` on SQLite and on MariaDB. The memory
+# variant runs once: its db_url (a throwaway SQLite file) is set up but never opened.
+pytestmark = pytest.mark.parametrize(
+    ("store", "db_url"),
+    [
+        pytest.param("memory", "sqlite", id="memory"),
+        pytest.param("sql", "sqlite", id="sql-sqlite"),
+        pytest.param("sql", "mysql", id="sql-mysql"),
+    ],
+    indirect=True,
+)
+
+
+class Upstream:
+    """What upstream (and the CLI) write, and what the port does not read back."""
+
+    def __init__(self, store: TaskStore, db_url: str) -> None:
+        self.memory = store if isinstance(store, MemoryTaskStore) else None
+        self.url = db_url
+
+    def insert(self, task_id: str, actor: str = "alice", at: datetime = T0) -> None:
+        row: dict[str, Any] = {"actor": actor, "name": f"job-{task_id}", "tpu_type": "v6e"}
+        row.update(spec=spec_for(Q.topology), timeout_seconds=600)
+        if self.memory is not None:
+            self.memory.insert_task(task_id, created_at=at, **row)
+            return
+        with session_scope(self.url) as s:
+            repo.insert_task(s, task_id=task_id, now=at, **row)
+
+    def abort(self, task_id: str, at: datetime = T1) -> bool:
+        if self.memory is not None:
+            return self.memory.request_abort(task_id, at)
+        with session_scope(self.url) as s:
+            return repo.request_abort(s, task_id, at)
+
+    def add_cluster(self, c: Cluster) -> None:
+        if self.memory is not None:
+            self.memory.add_cluster(c)
+            return
+        with session_scope(self.url) as s:
+            repo.add_cluster(s, c, T0)
+
+    def pool_error(self, cluster_id: str, name: str) -> str | None:
+        if self.memory is not None:
+            return self.memory.pool_error(cluster_id, name)
+        with session_scope(self.url) as s:
+            row = s.get(NodePoolRow, (cluster_id, name))
+            return row.last_error if row else None
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest, db_url: str) -> TaskStore:
+    return MemoryTaskStore(FakeClock(T0)) if request.param == "memory" else SqlTaskStore(db_url)
+
+
+@pytest.fixture
+def upstream(store: TaskStore, db_url: str) -> Upstream:
+    up = Upstream(store, db_url)
+    up.add_cluster(C1)
+    return up
+
+
+def queued(store: TaskStore, up: Upstream, task_id: str, queue: QueueKey = Q, at: datetime = T0) -> None:
+    up.insert(task_id, at=at)
+    assert store.queue_task(task_id, queue, T0)
+
+
+def acquiring(store: TaskStore, up: Upstream, task_id: str, actor: str = "alice") -> None:
+    queued(store, up, task_id)
+    assert store.start_acquiring(task_id, Q, actor, f"lease-{task_id}", "picked", T0) == 1
+
+
+def running(store: TaskStore, up: Upstream, task_id: str) -> None:
+    acquiring(store, up, task_id)
+    assert store.mark_running(task_id, "running", T1)
+
+
+def row(store: TaskStore, task_id: str) -> Task:
+    task = store.task(task_id)
+    assert task is not None
+    return task
+
+
+def progress(store: TaskStore, task_id: str) -> Progress | None:
+    return store.task_view_rows(task_id)[2]
+
+
+def pool(
+    name: str, holder: str | None = "t1", state: PoolState = PoolState.CREATING, queue: QueueKey = Q
+) -> NodePool:
+    mode = ProvisioningMode.RESERVATION
+    return NodePool(queue.cluster_id, name, queue.topology, "ct6e-standard-4t", mode, "res", state, holder)
+
+
+def idle_pool(store: TaskStore, name: str, at: datetime, queue: QueueKey = Q) -> None:
+    store.write_ahead_pool(pool(name, f"h-{name}", PoolState.IN_USE, queue), T0)
+    assert store.keep_pool(queue.cluster_id, name, f"h-{name}", at)
+
+
+# -- reads -----------------------------------------------------------------------------------------
+
+
+def test_snapshot_lists_new_aborting_acquiring_and_the_book_only_when_asked(
+    store: TaskStore, upstream: Upstream
+) -> None:
+    upstream.insert("late", at=T0 + timedelta(seconds=9))
+    upstream.insert("early", at=T0)
+    queued(store, upstream, "waits", at=T0 + timedelta(seconds=1))
+    acquiring(store, upstream, "picked", actor="bob")
+    upstream.insert("gone")
+    upstream.abort("gone")  # never taken in
+    queued(store, upstream, "gone-waiting")
+    upstream.abort("gone-waiting")
+
+    snap = store.snapshot(10, with_book=False)
+    assert [t.id for t in snap.new_tasks] == ["early", "late"]
+    assert sorted((t.id, phase) for t, phase in snap.aborting) == [
+        ("gone", None),
+        ("gone-waiting", Phase.WAITING),
+    ]
+    assert snap.acquiring_queues == {Q}
+    assert snap.clusters == [C1]
+    assert snap.queue_lengths == {Q: 3}  # waiting or acquiring progress rows, whatever the status
+    assert snap.idle_pools == []
+    assert snap.waiting is None and snap.last_actors is None
+
+    booked = store.snapshot(1, with_book=True)
+    assert [t.id for t in booked.new_tasks] == ["early"]
+    waits = WaitingTask("waits", "alice", "job-waits", T0 + timedelta(seconds=1))
+    assert booked.waiting == [WaitingRow(Q, waits, "")]
+    assert booked.last_actors == {Q: "bob"}
+
+    quiet = store.snapshot(0, with_book=False)  # no new rows: clusters and pools are not read
+    assert (quiet.new_tasks, quiet.clusters, quiet.queue_lengths, quiet.idle_pools) == ([], [], {}, [])
+
+
+def test_running_tasks_are_the_phase_running_ones_with_their_rows(
+    store: TaskStore, upstream: Upstream
+) -> None:
+    running(store, upstream, "runs")
+    acquiring(store, upstream, "acquires")
+    queued(store, upstream, "waits")
+    [(prog, task)] = store.running_tasks()
+    assert prog == Progress("runs", Phase.RUNNING, Q, None, 1)
+    assert (task.id, task.status, task.reason, task.message) == ("runs", Status.RUNNING, None, "running")
+
+
+def test_tasks_returns_only_the_known_ids(store: TaskStore, upstream: Upstream) -> None:
+    upstream.insert("t1")
+    upstream.insert("t2")
+    found = store.tasks(["t2", "unknown", "t1", "t2"])
+    assert sorted(found) == ["t1", "t2"]
+    assert found["t1"] == store.task("t1")
+    assert store.tasks([]) == {}
+    assert store.task("unknown") is None
+    assert store.task_view_rows("unknown") == (None, None, None)
+
+
+def test_waiting_and_idle_counts_are_per_queue(store: TaskStore, upstream: Upstream) -> None:
+    queued(store, upstream, "w1")
+    queued(store, upstream, "w2")
+    queued(store, upstream, "other", queue=Q2)
+    acquiring(store, upstream, "acq")
+    queued(store, upstream, "aborted")
+    upstream.abort("aborted")
+    idle_pool(store, "p1", T1)
+    idle_pool(store, "p2", T1)
+    idle_pool(store, "p3", T1, queue=Q2)
+    store.write_ahead_pool(pool("p4", "acq", PoolState.IN_USE), T0)
+    assert (store.waiting_count(Q), store.waiting_count(Q2)) == (2, 1)
+    assert (store.idle_count(Q), store.idle_count(Q2)) == (2, 1)
+
+
+# -- task writes -----------------------------------------------------------------------------------
+
+
+def test_queue_then_start_acquiring_returns_attempt_1_and_records_the_pick(
+    store: TaskStore, upstream: Upstream
+) -> None:
+    queued(store, upstream, "t1")
+    task, c, prog = store.task_view_rows("t1")
+    assert task == row(store, "t1") and (task.status, task.reason) == (Status.PENDING, Reason.WAITING)
+    assert (task.cluster_id, task.message, c, prog) == ("c1", "", C1, Progress("t1", Phase.WAITING, Q))
+
+    assert store.start_acquiring("t1", Q, "bob", "lease-1", "picked", T1) == 1
+    assert (row(store, "t1").reason, row(store, "t1").message) == (Reason.PROVISIONING, "picked")
+    assert progress(store, "t1") == Progress("t1", Phase.ACQUIRING, Q, "lease-1", 1)
+    assert store.snapshot(0, with_book=True).last_actors == {Q: "bob"}
+
+
+def test_a_second_start_acquiring_of_the_same_task_is_refused(store: TaskStore, upstream: Upstream) -> None:
+    """Only a waiting task can be picked: a stale pick of a task already acquiring changes nothing."""
+    acquiring(store, upstream, "t1")
+    before = row(store, "t1")
+    assert store.start_acquiring("t1", Q, "carol", "lease-2", "picked again", T1) is None
+    assert progress(store, "t1") == Progress("t1", Phase.ACQUIRING, Q, "lease-t1", 1)
+    assert row(store, "t1") == before
+    assert store.snapshot(0, with_book=True).last_actors == {Q: "alice"}
+
+
+def test_every_status_write_loses_to_an_upstream_abort(store: TaskStore, upstream: Upstream) -> None:
+    acquiring(store, upstream, "t1")
+    assert upstream.abort("t1")
+    before, before_progress = row(store, "t1"), progress(store, "t1")
+    assert (before.status, before.aborting_at) == (Status.ABORTING, T1)
+
+    assert not store.note_pending("t1", "creating pool", T2, Reason.PROVISIONING_FALLBACK, "pool-1")
+    assert not store.note_pending("t1", "still creating", T2)
+    assert not store.mark_dispatched("t1", "job-1", "uid-1", "dispatched", T2)
+    assert not store.mark_running("t1", "running", T2)
+    assert store.task("t1") == before
+    assert progress(store, "t1") == before_progress
+
+
+def test_finish_writes_the_terminal_status_and_marks_the_phase_done(
+    store: TaskStore, upstream: Upstream
+) -> None:
+    queued(store, upstream, "aborted")
+    upstream.abort("aborted")
+    assert store.finish("aborted", Outcome(Status.ABORTED, None, "aborted"), [Status.ABORTING], T2)
+    task = row(store, "aborted")
+    assert (task.status, task.reason, task.message) == (Status.ABORTED, None, "aborted")
+    assert (task.finished_at, task.aborted_at) == (T2, T2)
+    assert progress(store, "aborted") == Progress("aborted", Phase.DONE, Q)
+
+    upstream.insert("invalid")  # never taken in: the progress row is created done
+    failed = Outcome(Status.FAILED, Reason.INVALID_SPEC, "bad spec")
+    assert store.finish("invalid", failed, [Status.PENDING], T2)
+    task = row(store, "invalid")
+    assert (task.status, task.reason, task.message) == (Status.FAILED, Reason.INVALID_SPEC, "bad spec")
+    assert (task.finished_at, task.aborted_at) == (T2, None)
+    assert progress(store, "invalid") == Progress("invalid", Phase.DONE, None)
+    assert not store.finish("invalid", failed, [Status.PENDING], T2)  # no longer Pending
+
+
+def test_finish_refuses_an_illegal_transition_and_an_illegal_phase_move(
+    store: TaskStore, upstream: Upstream
+) -> None:
+    queued(store, upstream, "waits")
+    with pytest.raises(IllegalTransitionError):
+        store.finish("waits", Outcome(Status.SUCCEEDED), [Status.PENDING], T2)  # never ran
+    with pytest.raises(IllegalTransitionError):
+        store.finish("waits", Outcome(Status.FAILED, None, "why?"), [Status.PENDING], T2)
+
+    acquiring(store, upstream, "acq")
+    before, before_progress = store.task("acq"), progress(store, "acq")
+    with pytest.raises(IllegalPhaseMoveError):  # acquiring -> done skips releasing
+        store.finish("acq", Outcome(Status.FAILED, Reason.NODE_POOL_FAILED, "x"), [Status.PENDING], T2)
+    assert store.task("acq") == before  # the status write rolled back with it
+    assert progress(store, "acq") == before_progress
+
+
+def test_start_releasing_records_the_outcome_and_the_inline_release_run(
+    store: TaskStore, upstream: Upstream
+) -> None:
+    failed = Outcome(Status.FAILED, Reason.NODE_POOL_TIMEOUT, "no capacity")
+    acquiring(store, upstream, "acq")
+    assert store.set_acquire_run("acq", "run-a", T0)
+    assert store.start_releasing("acq", failed, [Phase.ACQUIRING], "releasing", T1, released_inline=True)
+    assert progress(store, "acq") == Progress("acq", Phase.RELEASING, Q, None, 1, "run-a", "run-a", failed)
+    assert row(store, "acq").message == "picked"  # only a Running row gets the message
+
+    running(store, upstream, "runs")
+    succeeded = Outcome(Status.SUCCEEDED, None, "done")
+    assert store.start_releasing("runs", succeeded, [Phase.RUNNING], "cleaning up", T2)
+    assert progress(store, "runs") == Progress("runs", Phase.RELEASING, Q, None, 1, None, None, succeeded)
+    assert row(store, "runs").message == "cleaning up"
+    assert not store.start_releasing("runs", succeeded, [Phase.RUNNING], "again", T2)
+
+
+def test_mark_dispatched_keeps_the_first_dispatched_at(store: TaskStore, upstream: Upstream) -> None:
+    acquiring(store, upstream, "t1")
+    assert store.mark_dispatched("t1", "job-1", "uid-1", "dispatched", T1)
+    assert store.mark_dispatched("t1", "job-2", "uid-2", "dispatched again", T2)
+    task = row(store, "t1")
+    assert (task.dispatched_at, task.k8s_job_name, task.message) == (T1, "job-2", "dispatched again")
+
+
+# -- node pools ------------------------------------------------------------------------------------
+
+
+def test_write_ahead_pool_is_idempotent_and_held_pool_finds_creating_and_in_use(store: TaskStore) -> None:
+    store.write_ahead_pool(pool("p1"), T0)
+    store.write_ahead_pool(pool("p1", "t2", PoolState.IDLE), T1)  # a retry: the first record stays
+    assert store.pool("c1", "p1") == pool("p1")
+    assert store.held_pool("c1", "t1") == pool("p1")
+    store.pool_ready("c1", "p1", T1)
+    assert store.held_pool("c1", "t1") == pool("p1", state=PoolState.IN_USE)
+    assert store.held_pool("c2", "t1") is None
+    assert store.held_pool("c1", "t2") is None
+    assert store.keep_pool("c1", "p1", "t1", T2)
+    assert store.held_pool("c1", "t1") is None  # idle pools are held by nobody
+
+
+def test_claim_idle_pool_gives_the_oldest_idle_pool_to_exactly_one_task(store: TaskStore) -> None:
+    idle_pool(store, "newer", T2)
+    idle_pool(store, "older", T1)
+    idle_pool(store, "other-queue", T0, queue=Q2)
+    first = store.claim_idle_pool(Q, "t1", T2)
+    assert first == pool("older", "t1", PoolState.IN_USE)
+    assert store.claim_idle_pool(Q, "t2", T2) == pool("newer", "t2", PoolState.IN_USE)
+    assert store.claim_idle_pool(Q, "t3", T2) is None
+    assert store.pool("c1", "older") == first  # nobody took it from t1
+    assert store.idle_count(Q) == 0 and store.idle_count(Q2) == 1
+
+
+def test_keep_pool_only_from_in_use_with_the_right_holder(store: TaskStore) -> None:
+    store.write_ahead_pool(pool("p1"), T0)
+    assert not store.keep_pool("c1", "p1", "t1", T1)  # still creating
+    store.pool_ready("c1", "p1", T1)
+    assert not store.keep_pool("c1", "p1", "t2", T1)
+    assert store.keep_pool("c1", "p1", "t1", T2)
+    assert store.pool("c1", "p1") == replace(pool("p1", None, PoolState.IDLE), idle_since=T2)
+    assert not store.keep_pool("c1", "p1", "t1", T2)
+
+
+def test_start_deleting_pool_needs_its_holder_or_an_idle_pool(store: TaskStore) -> None:
+    store.write_ahead_pool(pool("creating"), T0)
+    store.write_ahead_pool(pool("in-use", state=PoolState.IN_USE), T0)
+    idle_pool(store, "idle", T1)
+    assert not store.start_deleting_pool("c1", "creating", None, T2)
+    assert not store.start_deleting_pool("c1", "creating", "t2", T2)
+    assert not store.start_deleting_pool("c1", "idle", "h-idle", T2)  # idle: held by nobody
+    for name, holder, idle_since in [("creating", "t1", None), ("in-use", "t1", None), ("idle", None, T1)]:
+        assert store.start_deleting_pool("c1", name, holder, T2)
+        assert store.pool("c1", name) == replace(pool(name, None, PoolState.DELETING), idle_since=idle_since)
+    assert not store.start_deleting_pool("c1", "idle", None, T2)
+
+
+def test_pool_deleted_and_pool_delete_failed(store: TaskStore, upstream: Upstream) -> None:
+    store.write_ahead_pool(pool("p1"), T0)
+    assert store.start_deleting_pool("c1", "p1", "t1", T1)
+    store.pool_delete_failed("c1", "p1", "GKE said no", T1)
+    assert store.pool("c1", "p1") == pool("p1", None, PoolState.DELETING)
+    assert upstream.pool_error("c1", "p1") == "GKE said no"
+    store.pool_deleted("c1", "p1", T2)
+    assert store.pool("c1", "p1") == pool("p1", None, PoolState.DELETED)
+    assert upstream.pool_error("c1", "p1") is None
+    store.pool_delete_failed("c1", "unknown", "nothing to record", T2)
+    store.pool_deleted("c1", "unknown", T2)
+    assert store.pool("c1", "unknown") is None
+
+
+def test_pools_in_lists_the_states_asked_oldest_record_first(store: TaskStore) -> None:
+    store.write_ahead_pool(pool("late"), T2)
+    store.write_ahead_pool(pool("early"), T1)  # recorded second, with an earlier time
+    store.write_ahead_pool(pool("used", state=PoolState.IN_USE), T0)
+    assert [p.name for p in store.pools_in([PoolState.CREATING])] == ["early", "late"]
+    both = store.pools_in([PoolState.IN_USE, PoolState.CREATING])
+    assert [p.name for p in both] == ["used", "early", "late"]
+
+
+# -- transactions ----------------------------------------------------------------------------------
+
+
+def test_cluster_locked_commits_together_and_rolls_back_as_a_whole(
+    store: TaskStore, upstream: Upstream
+) -> None:
+    upstream.insert("t1")
+    with store.cluster_locked("c1") as locked:
+        assert locked.queue_task("t1", Q, T0)
+        locked.write_ahead_pool(pool("p1"), T0)
+        assert locked.pool("c1", "p1") == pool("p1")  # its own writes are visible inside
+    assert progress(store, "t1") == Progress("t1", Phase.WAITING, Q)
+    before = store.task("t1")
+
+    with pytest.raises(RuntimeError, match="decided wrong"), store.cluster_locked("c1") as locked:
+        assert locked.start_acquiring("t1", Q, "alice", "lease-1", "picked", T1) == 1
+        locked.pool_ready("c1", "p1", T1)
+        assert locked.keep_pool("c1", "p1", "t1", T1)
+        raise RuntimeError("decided wrong")
+    assert store.task("t1") == before
+    assert progress(store, "t1") == Progress("t1", Phase.WAITING, Q)
+    assert store.pool("c1", "p1") == pool("p1")
+    assert store.snapshot(0, with_book=True).last_actors == {}
+
+
+def test_cluster_locked_writes_stay_invisible_outside_until_the_block_ends(
+    store: TaskStore, upstream: Upstream
+) -> None:
+    upstream.insert("t1")
+    with store.cluster_locked("c1") as locked:
+        assert locked.queue_task("t1", Q, T0)
+        assert row(store, "t1").reason is None  # another transaction reads the last commit
+        assert progress(store, "t1") is None
+    assert row(store, "t1").reason is Reason.WAITING
