@@ -32,7 +32,7 @@ from falcon.domain.lifecycle import (
     check_phase_move,
 )
 from falcon.domain.messages import Locale
-from falcon.domain.model import Cluster, ClusterStatus, QueueKey, Task
+from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey, Task
 from falcon.domain.node_pools import NodePoolPlan, PoolStatus, ReservationRef
 from falcon.domain.scheduling import ReservationCapacity, WaitingTask
 from falcon.domain.status import Reason, Status, check_transition
@@ -1063,3 +1063,39 @@ def running(svc: Services, task_id: str, topology: str = "2x2", **row: Any) -> T
     pods = acquisition.wait_pods_running(svc, view, job)
     acquisition.mark_running(svc, view, pods)
     return load_view(svc, task_id)
+
+
+def one_cluster(**cluster_fields: Any) -> Services:
+    """Services on fakes with the one cluster ``c1`` registered (fields as ``cluster`` takes them)."""
+    svc = make_services()
+    svc.store.add_cluster(cluster("c1", **cluster_fields))
+    return svc
+
+
+def k8s_of(svc: Services) -> FakeClusterJobs:
+    """The fake Kubernetes API of the first registered cluster."""
+    return svc.jobs(svc.store.clusters()[0])  # type: ignore[return-value]
+
+
+def clusters_of(svc: Services) -> dict[str, Cluster]:
+    return {c.id: c for c in svc.store.clusters()}
+
+
+def idle_pool(
+    name: str = "falcon-2x2-kept",
+    topology: str = "2x2",
+    cluster_id: str = "c1",
+    since: datetime | None = None,
+) -> NodePool:
+    """A flex-start pool kept idle for its queue (as release leaves one)."""
+    return NodePool(
+        cluster_id,
+        name,
+        topology,
+        "ct6e-standard-4t",
+        ProvisioningMode.FLEX_START,
+        None,
+        PoolState.IDLE,
+        None,
+        since,
+    )

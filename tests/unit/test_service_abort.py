@@ -12,11 +12,19 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from tests.unit.fakes import FakeClusterJobs, acquiring, cluster, make_services, running, spec_for
+from tests.unit.fakes import (
+    acquiring,
+    cluster,
+    clusters_of,
+    idle_pool,
+    k8s_of,
+    running,
+    spec_for,
+)
 
 from falcon.domain.errors import TemporaryError
-from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState, TaskEnded, succeeded
-from falcon.domain.model import Cluster, ProvisioningMode, TaskSpec, k8s_job_name_for, node_pool_name_for
+from falcon.domain.lifecycle import Outcome, Phase, PoolState, TaskEnded, succeeded
+from falcon.domain.model import ProvisioningMode, TaskSpec, k8s_job_name_for, node_pool_name_for
 from falcon.domain.node_pools import ReservationRef
 from falcon.domain.scheduling import ReservationCapacity
 from falcon.domain.status import Reason, Status
@@ -29,21 +37,6 @@ from falcon.services.release import record_outcome, release, write_outcome
 
 POOL = node_pool_name_for("t1", "2x2")
 JOB = k8s_job_name_for("t1")
-
-
-@pytest.fixture
-def svc() -> Services:
-    services = make_services()
-    services.store.add_cluster(cluster("c1"))
-    return services
-
-
-def k8s(svc: Services) -> FakeClusterJobs:
-    return svc.jobs(svc.store.clusters()[0])  # type: ignore[return-value]
-
-
-def clusters(svc: Services) -> dict[str, Cluster]:
-    return {c.id: c for c in svc.store.clusters()}
 
 
 def end_acquisition(svc: Services, task_id: str, ended: TaskEnded) -> Outcome:
@@ -92,19 +85,7 @@ def test_abort_before_the_decision_is_seen_by_provision(svc: Services) -> None:
 
 
 def test_abort_while_reusing_an_idle_pool_is_seen_by_provision(svc: Services) -> None:
-    svc.store.add_pool(
-        NodePool(
-            "c1",
-            "falcon-kept",
-            "2x2",
-            "ct6e-standard-4t",
-            ProvisioningMode.FLEX_START,
-            None,
-            PoolState.IDLE,
-            None,
-            svc.clock.now(),
-        )
-    )
+    svc.store.add_pool(idle_pool("falcon-kept", "2x2", "c1", svc.clock.now()))
     view = acquiring(svc, "t1")
     svc.store.request_abort("t1")
     with pytest.raises(TaskEnded) as ended:
@@ -127,7 +108,7 @@ def test_abort_while_pods_start_is_seen_by_wait_pods_running(svc: Services) -> N
     view = acquiring(svc, "t1")
     choice = provision(svc, view)
     wait_pool_ready(svc, view, choice, svc.clock.now())
-    k8s(svc).script(JOB, never_running=True, waiting_reason="ContainerCreating")
+    k8s_of(svc).script(JOB, never_running=True, waiting_reason="ContainerCreating")
     dispatch(svc, view, choice.name)
     svc.store.request_abort("t1")
     with pytest.raises(TaskEnded) as ended:
@@ -139,7 +120,7 @@ def test_aborted_acquisition_releases_job_and_pool_and_ends_aborted(svc: Service
     view = acquiring(svc, "t1")
     choice = provision(svc, view)
     wait_pool_ready(svc, view, choice, svc.clock.now())
-    k8s(svc).script(JOB, never_running=True)
+    k8s_of(svc).script(JOB, never_running=True)
     dispatch(svc, view, choice.name)
     svc.store.request_abort("t1")
     with pytest.raises(TaskEnded) as ended:
@@ -147,7 +128,7 @@ def test_aborted_acquisition_releases_job_and_pool_and_ends_aborted(svc: Service
     outcome = end_acquisition(svc, "t1", ended.value)
     assert outcome.status is Status.ABORTED
     assert_aborted(svc, "t1")
-    assert k8s(svc).jobs == {}
+    assert k8s_of(svc).jobs == {}
     assert svc.store.pool("c1", POOL).state is PoolState.DELETED
     assert svc.node_pools.pools == {}
 
@@ -167,19 +148,7 @@ def test_abort_at_the_pool_decision_does_not_leave_the_pool_record_held(svc: Ser
 
 def test_abort_while_claiming_an_idle_pool_does_not_leave_it_held(svc: Services) -> None:
     """Same race on the reuse path: the idle pool is claimed, the row refuses the pool's name."""
-    svc.store.add_pool(
-        NodePool(
-            "c1",
-            "falcon-kept",
-            "2x2",
-            "ct6e-standard-4t",
-            ProvisioningMode.FLEX_START,
-            None,
-            PoolState.IDLE,
-            None,
-            svc.clock.now(),
-        )
-    )
+    svc.store.add_pool(idle_pool("falcon-kept", "2x2", "c1", svc.clock.now()))
     view = acquiring(svc, "t1")
     svc.store.request_abort("t1")
     with pytest.raises(TaskEnded) as ended:
@@ -215,7 +184,7 @@ def test_abort_at_a_reservation_decision_does_not_keep_holding_reservation_room(
 def test_running_task_aborted_moves_to_releasing_with_aborted(svc: Services) -> None:
     running(svc, "t1")
     svc.store.request_abort("t1")
-    assert reconcile.follow_running(svc, clusters(svc)) == ["t1"]
+    assert reconcile.follow_running(svc, clusters_of(svc)) == ["t1"]
     progress = svc.store.progress["t1"]
     assert progress.phase is Phase.RELEASING
     assert progress.outcome == Outcome(Status.ABORTED, None, "Aborted by user")
@@ -231,8 +200,8 @@ def test_running_task_aborted_moves_to_releasing_with_aborted(svc: Services) -> 
 
 def test_abort_during_release_turns_the_outcome_into_aborted(svc: Services) -> None:
     running(svc, "t1")
-    k8s(svc).job(JOB).script.complete = True
-    assert reconcile.follow_running(svc, clusters(svc)) == ["t1"]
+    k8s_of(svc).job(JOB).script.complete = True
+    assert reconcile.follow_running(svc, clusters_of(svc)) == ["t1"]
     assert svc.store.progress["t1"].outcome == succeeded(svc.say)
     svc.store.request_abort("t1")  # the row is still Running: upstream may abort it
     assert write_outcome(svc, "t1", succeeded(svc.say)).status is Status.ABORTED
@@ -241,8 +210,8 @@ def test_abort_during_release_turns_the_outcome_into_aborted(svc: Services) -> N
 
 def test_release_of_a_task_aborted_while_releasing_ends_aborted(svc: Services) -> None:
     running(svc, "t1")
-    k8s(svc).job(JOB).script.complete = True
-    reconcile.follow_running(svc, clusters(svc))
+    k8s_of(svc).job(JOB).script.complete = True
+    reconcile.follow_running(svc, clusters_of(svc))
     svc.store.request_abort("t1")
     assert release(svc, "t1").status is Status.ABORTED
     assert_aborted(svc, "t1")
@@ -253,9 +222,9 @@ def test_release_of_a_task_aborted_while_releasing_ends_aborted(svc: Services) -
 
 def test_completed_job_moves_to_releasing_with_succeeded(svc: Services) -> None:
     running(svc, "t1")
-    assert reconcile.follow_running(svc, clusters(svc)) == []
-    k8s(svc).job(JOB).script.complete = True
-    assert reconcile.follow_running(svc, clusters(svc)) == ["t1"]
+    assert reconcile.follow_running(svc, clusters_of(svc)) == []
+    k8s_of(svc).job(JOB).script.complete = True
+    assert reconcile.follow_running(svc, clusters_of(svc)) == ["t1"]
     assert svc.store.task("t1").message == "Job finished, cleaning up the node pool..."
     assert release(svc, "t1") == Outcome(Status.SUCCEEDED, None, "")
     task = svc.store.task("t1")
@@ -264,9 +233,9 @@ def test_completed_job_moves_to_releasing_with_succeeded(svc: Services) -> None:
 
 def test_failed_job_moves_to_releasing_with_job_failed(svc: Services) -> None:
     running(svc, "t1")
-    script = k8s(svc).job(JOB).script
+    script = k8s_of(svc).job(JOB).script
     script.failed_condition, script.terminated = "BackoffLimitExceeded: limit", [("OOMKilled", 137)]
-    reconcile.follow_running(svc, clusters(svc))
+    reconcile.follow_running(svc, clusters_of(svc))
     assert svc.store.progress["t1"].outcome == Outcome(
         Status.FAILED, Reason.JOB_FAILED, f"Pod {JOB}-0 terminated: OOMKilled (exit code 137)"
     )
@@ -276,8 +245,8 @@ def test_failed_job_moves_to_releasing_with_job_failed(svc: Services) -> None:
 
 def test_vanished_job_fails_the_task(svc: Services) -> None:
     running(svc, "t1")
-    del k8s(svc).jobs[("falcon-jobs", JOB)]
-    reconcile.follow_running(svc, clusters(svc))
+    del k8s_of(svc).jobs[("falcon-jobs", JOB)]
+    reconcile.follow_running(svc, clusters_of(svc))
     assert svc.store.progress["t1"].outcome == Outcome(
         Status.FAILED, Reason.JOB_FAILED, f"Kubernetes Job {JOB} disappeared from the cluster"
     )
@@ -287,35 +256,35 @@ def test_running_task_times_out_from_dispatched_at(svc: Services) -> None:
     running(svc, "t1", timeout_seconds=3600)
     dispatched_at = svc.store.task("t1").dispatched_at
     svc.clock.advance((dispatched_at + timedelta(seconds=3599) - svc.clock.now()).total_seconds())
-    assert reconcile.follow_running(svc, clusters(svc)) == []
+    assert reconcile.follow_running(svc, clusters_of(svc)) == []
     svc.clock.advance(1)
-    assert reconcile.follow_running(svc, clusters(svc)) == ["t1"]
+    assert reconcile.follow_running(svc, clusters_of(svc)) == ["t1"]
     assert svc.store.progress["t1"].outcome == Outcome(
         Status.FAILED, Reason.TIMEOUT, "Task timed out (3600s), Job cancelled"
     )
     release(svc, "t1")
-    assert (svc.store.task("t1").status, k8s(svc).jobs) == (Status.FAILED, {})
+    assert (svc.store.task("t1").status, k8s_of(svc).jobs) == (Status.FAILED, {})
 
 
 def test_unreachable_cluster_is_tried_again_next_round(svc: Services) -> None:
     running(svc, "t1")
-    k8s(svc).job(JOB).script.complete = True
-    jobs = k8s(svc)
+    k8s_of(svc).job(JOB).script.complete = True
+    jobs = k8s_of(svc)
     original = jobs.list_jobs
 
     def down(namespace: str, selector: str) -> list[JobState]:
         raise TemporaryError("connection refused")
 
     jobs.list_jobs = down  # type: ignore[method-assign]
-    assert reconcile.follow_running(svc, clusters(svc)) == []
+    assert reconcile.follow_running(svc, clusters_of(svc)) == []
     jobs.list_jobs = original  # type: ignore[method-assign]
-    assert reconcile.follow_running(svc, clusters(svc)) == ["t1"]
+    assert reconcile.follow_running(svc, clusters_of(svc)) == ["t1"]
 
 
 def test_release_is_safe_to_run_again(svc: Services) -> None:
     running(svc, "t1")
-    k8s(svc).job(JOB).script.complete = True
-    reconcile.follow_running(svc, clusters(svc))
+    k8s_of(svc).job(JOB).script.complete = True
+    reconcile.follow_running(svc, clusters_of(svc))
     first = release(svc, "t1")
     assert release(svc, "t1") == first
     assert svc.store.task("t1").status is Status.SUCCEEDED

@@ -14,7 +14,7 @@ from collections import deque
 from datetime import timedelta
 
 import pytest
-from tests.unit.fakes import FakeClusterJobs, acquiring, cluster, make_services
+from tests.unit.fakes import acquiring, cluster, k8s_of, make_services
 
 from falcon.domain.errors import PermanentError
 from falcon.domain.lifecycle import Phase, TaskEnded, TaskView
@@ -37,10 +37,6 @@ def ready_task(topology: str = "2x2", **row: object) -> tuple[Services, TaskView
     return svc, view, choice.name
 
 
-def k8s(svc: Services) -> FakeClusterJobs:
-    return svc.jobs(svc.store.clusters()[0])  # type: ignore[return-value]
-
-
 def dispatched(topology: str = "2x2", **row: object) -> tuple[Services, TaskView]:
     svc, view, pool = ready_task(topology, **row)
     dispatch(svc, view, pool)
@@ -55,21 +51,21 @@ def test_job_is_created_and_recorded() -> None:
     svc.clock.advance(7)
     assert dispatch(svc, view, pool) == JOB
     task = svc.store.task("t1")
-    job = k8s(svc).job(JOB)
+    job = k8s_of(svc).job(JOB)
     assert (task.k8s_job_name, task.dispatched_at, task.reason) == (JOB, svc.clock.now(), Reason.DISPATCHING)
     assert svc.store.job_uids["t1"] == job.uid
     assert task.message == "Kubernetes Job submitted, waiting for pods (0/1 running)"
     assert job.manifest["spec"]["template"]["spec"]["nodeSelector"]["cloud.google.com/gke-nodepool"] == pool
-    assert k8s(svc).namespaces == {"falcon-jobs"}
-    assert k8s(svc).count("ensure_service") == 0  # single host: no Service
+    assert k8s_of(svc).namespaces == {"falcon-jobs"}
+    assert k8s_of(svc).count("ensure_service") == 0  # single host: no Service
 
 
 def test_multi_host_task_gets_its_service_before_the_job() -> None:
     svc, view, pool = ready_task("2x4")
     dispatch(svc, view, pool)
-    calls = [m for m, _ in k8s(svc).calls]
+    calls = [m for m, _ in k8s_of(svc).calls]
     assert calls.index("ensure_service") < calls.index("create_job")
-    assert k8s(svc).job(JOB).parallelism == 2
+    assert k8s_of(svc).job(JOB).parallelism == 2
 
 
 def test_conflict_finds_the_job_an_earlier_attempt_submitted() -> None:
@@ -78,14 +74,14 @@ def test_conflict_finds_the_job_an_earlier_attempt_submitted() -> None:
     first_at, uid = svc.store.task("t1").dispatched_at, svc.store.job_uids["t1"]
     svc.clock.advance(30)  # the run died after the create; a new attempt dispatches again
     assert dispatch(svc, load_view(svc, "t1"), pool) == JOB
-    assert k8s(svc).count("create_job") == 2 and len(k8s(svc).jobs) == 1
+    assert k8s_of(svc).count("create_job") == 2 and len(k8s_of(svc).jobs) == 1
     assert svc.store.job_uids["t1"] == uid
     assert svc.store.task("t1").dispatched_at == first_at  # the timeout still runs from the first
 
 
 def test_refused_job_ends_job_submit_failed() -> None:
     svc, view, pool = ready_task()
-    k8s(svc).create_failures.append(PermanentError('admission webhook "policy" denied the request'))
+    k8s_of(svc).create_failures.append(PermanentError('admission webhook "policy" denied the request'))
     with pytest.raises(TaskEnded) as ended:
         dispatch(svc, view, pool)
     outcome = ended.value.outcome
@@ -102,7 +98,7 @@ def test_abort_before_dispatch_submits_nothing() -> None:
     with pytest.raises(TaskEnded) as ended:
         dispatch(svc, view, pool)
     assert ended.value.outcome.status is Status.ABORTED
-    assert k8s(svc).jobs == {}
+    assert k8s_of(svc).jobs == {}
 
 
 # -- waiting for the pods --------------------------------------------------------------------------
@@ -110,15 +106,15 @@ def test_abort_before_dispatch_submits_nothing() -> None:
 
 def test_all_pods_running_returns_their_count() -> None:
     svc, view, pool = ready_task("2x4")
-    k8s(svc).script(JOB, running_after=3)
+    k8s_of(svc).script(JOB, running_after=3)
     dispatch(svc, view, pool)
     assert wait_pods_running(svc, load_view(svc, "t1"), JOB) == 2
-    assert k8s(svc).count("get_job") == 4
+    assert k8s_of(svc).count("get_job") == 4
 
 
 def test_message_is_written_only_when_it_changes() -> None:
     svc, view, pool = ready_task()
-    k8s(svc).script(JOB, running_after=6, waiting_reason="ContainerCreating")
+    k8s_of(svc).script(JOB, running_after=6, waiting_reason="ContainerCreating")
     dispatch(svc, view, pool)
     before = svc.store.writes("note_pending", "t1")
     wait_pods_running(svc, load_view(svc, "t1"), JOB)
@@ -130,7 +126,7 @@ def test_message_is_written_only_when_it_changes() -> None:
 
 def test_message_changes_are_written_each_time() -> None:
     svc, view, pool = ready_task()
-    script = k8s(svc).script(JOB, never_running=True, waiting_reason="ContainerCreating")
+    script = k8s_of(svc).script(JOB, never_running=True, waiting_reason="ContainerCreating")
     dispatch(svc, view, pool)
     # what the pods wait for at each following poll; then they run
     seen = deque(["ContainerCreating", None, None, "ErrImagePull", "ErrImagePull"])
@@ -153,14 +149,14 @@ def test_message_changes_are_written_each_time() -> None:
 
 def test_completed_job_returns() -> None:
     svc, view, pool = ready_task()
-    k8s(svc).script(JOB, complete=True)
+    k8s_of(svc).script(JOB, complete=True)
     dispatch(svc, view, pool)
     assert wait_pods_running(svc, load_view(svc, "t1"), JOB) == 0
 
 
 def test_failed_condition_ends_job_failed_quoting_the_pods() -> None:
     svc, view, pool = ready_task()
-    k8s(svc).script(
+    k8s_of(svc).script(
         JOB,
         failed_condition="BackoffLimitExceeded: Job has reached the specified backoff limit",
         terminated=[("Error", 3)],
@@ -175,12 +171,12 @@ def test_failed_condition_ends_job_failed_quoting_the_pods() -> None:
 
 def test_image_pull_failure_beyond_grace_ends_job_failed() -> None:
     svc, view, pool = ready_task()
-    k8s(svc).script(
+    k8s_of(svc).script(
         JOB, never_running=True, waiting_reason="ImagePullBackOff", waiting_message="Back-off pulling image"
     )
     dispatch(svc, view, pool)
     dispatched_at = svc.store.task("t1").dispatched_at
-    k8s(svc).warn(
+    k8s_of(svc).warn(
         "falcon-jobs",
         ClusterEvent("Pod", f"{JOB}-0", "", "Failed", 'Failed to pull image "img": not found', dispatched_at),
     )
@@ -197,18 +193,18 @@ def test_image_pull_failure_beyond_grace_ends_job_failed() -> None:
 
 def test_image_pull_recovering_within_grace_is_waited_out() -> None:
     svc, view, pool = ready_task()
-    k8s(svc).script(JOB, running_after=30, waiting_reason="ImagePullBackOff")
+    k8s_of(svc).script(JOB, running_after=30, waiting_reason="ImagePullBackOff")
     dispatch(svc, view, pool)
     assert wait_pods_running(svc, load_view(svc, "t1"), JOB) == 1
 
 
 def test_failed_create_on_the_job_ends_at_once() -> None:
     svc, view, pool = ready_task("2x4")
-    k8s(svc).script(JOB, never_running=True, not_created=1)
+    k8s_of(svc).script(JOB, never_running=True, not_created=1)
     dispatch(svc, view, pool)
     message = 'Error creating: pods "x" is forbidden: serviceaccount "ksa" not found'
-    k8s(svc).warn(
-        "falcon-jobs", ClusterEvent("Job", JOB, k8s(svc).job(JOB).uid, "FailedCreate", message, None)
+    k8s_of(svc).warn(
+        "falcon-jobs", ClusterEvent("Job", JOB, k8s_of(svc).job(JOB).uid, "FailedCreate", message, None)
     )
     started = svc.clock.now()
     with pytest.raises(TaskEnded) as ended:
@@ -222,7 +218,7 @@ def test_failed_create_on_the_job_ends_at_once() -> None:
 def test_timeout_runs_from_dispatched_at_pending_pods_included() -> None:
     svc, view, pool = ready_task(timeout_seconds=45)
     svc.clock.advance(500)  # time before the dispatch does not count
-    k8s(svc).script(JOB, never_running=True, waiting_reason="ContainerCreating")
+    k8s_of(svc).script(JOB, never_running=True, waiting_reason="ContainerCreating")
     dispatch(svc, view, pool)
     dispatched_at = svc.store.task("t1").dispatched_at
     with pytest.raises(TaskEnded) as ended:
@@ -238,7 +234,7 @@ def test_timeout_runs_from_dispatched_at_pending_pods_included() -> None:
 
 def test_pods_running_before_the_deadline_do_not_time_out() -> None:
     svc, view, pool = ready_task(timeout_seconds=45)
-    k8s(svc).script(JOB, running_after=44)
+    k8s_of(svc).script(JOB, running_after=44)
     dispatch(svc, view, pool)
     assert wait_pods_running(svc, load_view(svc, "t1"), JOB) == 1
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from tests.unit.fakes import MemoryTaskStore, cluster, make_services, spec_for
+from tests.unit.fakes import MemoryTaskStore, cluster, idle_pool, make_services, spec_for
 
-from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState
-from falcon.domain.model import ClusterStatus, ProvisioningMode, QueueKey
+from falcon.domain.lifecycle import Outcome, Phase
+from falcon.domain.model import ClusterStatus, QueueKey
 from falcon.domain.status import IllegalTransitionError, Reason, Status
 from falcon.services.context import Services
 from falcon.services.intake import IntakeReport, take_in
@@ -133,19 +133,7 @@ def test_an_idle_pool_of_the_topology_beats_a_shorter_queue() -> None:
     svc = make_services()
     svc.store.add_cluster(cluster("c1", name="a-edge"))
     svc.store.add_cluster(cluster("c2", name="b-edge"))
-    svc.store.add_pool(
-        NodePool(
-            "c2",
-            "falcon-2x2-kept",
-            "2x2",
-            "ct6e-standard-4t",
-            ProvisioningMode.FLEX_START,
-            None,
-            PoolState.IDLE,
-            None,
-            svc.clock.now(),
-        )
-    )
+    svc.store.add_pool(idle_pool("falcon-2x2-kept", "2x2", "c2", svc.clock.now()))
     svc.store.insert_task("old")
     svc.store.queue_task("old", QueueKey("c2", "2x2"), svc.clock.now())
     svc.store.insert_task("new")

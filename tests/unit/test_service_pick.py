@@ -12,20 +12,13 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from tests.unit.fakes import cluster, make_services, spec_for
+from tests.unit.fakes import spec_for
 
 from falcon.domain.lifecycle import Phase
 from falcon.domain.model import QueueKey
 from falcon.domain.status import Reason, Status
 from falcon.services.context import Services
 from falcon.services.dispatching import Dispatcher
-
-
-@pytest.fixture
-def svc() -> Services:
-    services = make_services()
-    services.store.add_cluster(cluster("c1"))
-    return services
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from tests.unit.fakes import acquiring, cluster, make_services
+from tests.unit.fakes import acquiring, cluster, idle_pool, make_services, one_cluster
 
 from falcon.domain.errors import PermanentError, TemporaryError
 from falcon.domain.lifecycle import NodePool, PoolState, TaskEnded, TaskView
@@ -30,22 +30,10 @@ RES = ReservationRef("proj", "res-a", shared=False)
 POOL = node_pool_name_for("t1", "2x2")
 
 
-def services(**cluster_fields: object) -> Services:
-    svc = make_services()
-    svc.store.add_cluster(cluster("c1", **cluster_fields))  # type: ignore[arg-type]
-    return svc
-
-
 def capacity(
     count: int, in_use: int = 0, status: str = "READY", machine: str = "ct6e-standard-4t"
 ) -> ReservationCapacity:
     return ReservationCapacity("res-a", count, in_use, status, machine)
-
-
-def idle_pool(name: str = "falcon-2x2-kept", topology: str = "2x2") -> NodePool:
-    return NodePool(
-        "c1", name, topology, "ct6e-standard-4t", ProvisioningMode.FLEX_START, None, PoolState.IDLE, None
-    )
 
 
 def assert_failed(ended: pytest.ExceptionInfo[TaskEnded], reason: Reason, text: str) -> None:
@@ -58,7 +46,7 @@ def assert_failed(ended: pytest.ExceptionInfo[TaskEnded], reason: Reason, text: 
 
 
 def test_reuses_an_idle_pool_of_the_queue() -> None:
-    svc = services()
+    svc = one_cluster()
     svc.store.add_pool(idle_pool())
     view = acquiring(svc, "t1")
     assert provision(svc, view) == PoolChoice("falcon-2x2-kept", None)
@@ -71,7 +59,7 @@ def test_reuses_an_idle_pool_of_the_queue() -> None:
 
 
 def test_an_idle_pool_of_another_topology_is_not_reused() -> None:
-    svc = services()
+    svc = one_cluster()
     svc.store.add_pool(idle_pool("falcon-2x4-kept", "2x4"))
     choice = provision(svc, acquiring(svc, "t1"))
     assert choice.name == POOL and choice.plan is not None
@@ -79,7 +67,7 @@ def test_an_idle_pool_of_another_topology_is_not_reused() -> None:
 
 
 def test_reservation_with_room_creates_on_the_reservation() -> None:
-    svc = services(reservation="res-a")
+    svc = one_cluster(reservation="res-a")
     svc.reservations.set(RES, ZONE, capacity(4, 3))
     choice = provision(svc, acquiring(svc, "t1"))
     plan = choice.plan
@@ -106,7 +94,7 @@ def test_reservation_with_room_creates_on_the_reservation() -> None:
 
 
 def test_reservation_short_of_room_falls_back_to_flex_start() -> None:
-    svc = services(reservation="res-a")
+    svc = one_cluster(reservation="res-a")
     svc.reservations.set(RES, ZONE, capacity(4, 4))
     plan = provision(svc, acquiring(svc, "t1")).plan
     assert plan is not None and (plan.mode, plan.reservation) == (ProvisioningMode.FLEX_START, None)
@@ -117,7 +105,7 @@ def test_reservation_short_of_room_falls_back_to_flex_start() -> None:
 
 
 def test_reservation_room_taken_by_falcon_pools_still_creating_counts() -> None:
-    svc = services(reservation="res-a")
+    svc = one_cluster(reservation="res-a")
     svc.reservations.set(RES, ZONE, capacity(1, 0))  # Compute does not count a pool being created
     svc.store.add_pool(
         NodePool(
@@ -137,7 +125,7 @@ def test_reservation_room_taken_by_falcon_pools_still_creating_counts() -> None:
 
 
 def test_no_reservation_creates_flex_start() -> None:
-    svc = services()
+    svc = one_cluster()
     plan = provision(svc, acquiring(svc, "t1")).plan
     assert plan is not None and (plan.mode, plan.reservation) == (ProvisioningMode.FLEX_START, None)
     task = svc.store.task("t1")
@@ -157,7 +145,7 @@ def test_no_reservation_creates_flex_start() -> None:
     ],
 )
 def test_unusable_reservation_fails_node_pool_failed(answer: object, text: str) -> None:
-    svc = services(reservation="res-a")
+    svc = one_cluster(reservation="res-a")
     if answer is not None:
         svc.reservations.set(RES, ZONE, answer)  # type: ignore[arg-type]
     view = acquiring(svc, "t1")
@@ -169,14 +157,14 @@ def test_unusable_reservation_fails_node_pool_failed(answer: object, text: str) 
 
 
 def test_malformed_reservation_name_fails_node_pool_failed() -> None:
-    svc = services(reservation="Not A Name")
+    svc = one_cluster(reservation="Not A Name")
     with pytest.raises(TaskEnded) as ended:
         provision(svc, acquiring(svc, "t1"))
     assert_failed(ended, Reason.NODE_POOL_FAILED, "neither NAME nor projects/OWNER/reservations/NAME")
 
 
 def test_shared_reservation_is_read_in_its_owner_project() -> None:
-    svc = services(reservation="projects/owner/reservations/res-a")
+    svc = one_cluster(reservation="projects/owner/reservations/res-a")
     ref = ReservationRef("owner", "res-a", shared=True)
     svc.reservations.set(ref, ZONE, capacity(4))
     plan = provision(svc, acquiring(svc, "t1")).plan
@@ -185,7 +173,7 @@ def test_shared_reservation_is_read_in_its_owner_project() -> None:
 
 
 def test_regional_cluster_without_zone_fails_node_pool_failed() -> None:
-    svc = services(location="us-east5")
+    svc = one_cluster(location="us-east5")
     with pytest.raises(TaskEnded) as ended:
         provision(svc, acquiring(svc, "t1"))
     assert_failed(ended, Reason.NODE_POOL_FAILED, "is regional and has no node zone")
@@ -193,13 +181,13 @@ def test_regional_cluster_without_zone_fails_node_pool_failed() -> None:
 
 
 def test_regional_cluster_with_a_zone_puts_the_pool_there() -> None:
-    svc = services(location="us-east5", zone="us-east5-a")
+    svc = one_cluster(location="us-east5", zone="us-east5-a")
     plan = provision(svc, acquiring(svc, "t1")).plan
     assert plan is not None and plan.zone == "us-east5-a"
 
 
 def test_resumed_task_finds_its_creating_pool_and_replans_the_same() -> None:
-    svc = services(reservation="res-a")
+    svc = one_cluster(reservation="res-a")
     svc.reservations.set(RES, ZONE, capacity(1))
     view = acquiring(svc, "t1")
     first = provision(svc, view)
@@ -211,7 +199,7 @@ def test_resumed_task_finds_its_creating_pool_and_replans_the_same() -> None:
 
 
 def test_resumed_task_whose_pool_is_ready_gets_it_without_a_plan() -> None:
-    svc = services()
+    svc = one_cluster()
     view = acquiring(svc, "t1")
     provision(svc, view)
     svc.store.pool_ready("c1", POOL, svc.clock.now())
@@ -219,7 +207,7 @@ def test_resumed_task_whose_pool_is_ready_gets_it_without_a_plan() -> None:
 
 
 def test_temporary_error_is_left_to_retries_before_the_final_attempt() -> None:
-    svc = services(reservation="res-a")
+    svc = one_cluster(reservation="res-a")
     svc.reservations.set(RES, ZONE, TemporaryError("compute 503"))
     view = acquiring(svc, "t1")
     with pytest.raises(TemporaryError):
@@ -228,7 +216,7 @@ def test_temporary_error_is_left_to_retries_before_the_final_attempt() -> None:
 
 
 def test_temporary_error_on_the_final_attempt_fails_node_pool_failed() -> None:
-    svc = services(reservation="res-a")
+    svc = one_cluster(reservation="res-a")
     svc.reservations.set(RES, ZONE, TemporaryError("compute 503"))
     with pytest.raises(TaskEnded) as ended:
         provision(svc, acquiring(svc, "t1"), final_attempt=True)
@@ -236,7 +224,7 @@ def test_temporary_error_on_the_final_attempt_fails_node_pool_failed() -> None:
 
 
 def test_tpu7x_multi_host_ensures_its_workload_policy() -> None:
-    svc = services(tpu_type="v7x")
+    svc = one_cluster(tpu_type="v7x")
     view = acquiring(svc, "t1", "2x2x2", tpu_type="v7x")
     plan = provision(svc, view).plan
     assert plan is not None and plan.workload_policy == "falcon-tpu7x-2x2x2"
@@ -244,13 +232,13 @@ def test_tpu7x_multi_host_ensures_its_workload_policy() -> None:
 
 
 def test_single_host_needs_no_workload_policy() -> None:
-    svc = services(tpu_type="v7x")
+    svc = one_cluster(tpu_type="v7x")
     provision(svc, acquiring(svc, "t1", "2x2x1", tpu_type="v7x"))
     assert svc.workload_policies.ensured == []
 
 
 def test_workload_policy_refused_fails_node_pool_failed() -> None:
-    svc = services(tpu_type="v7x")
+    svc = one_cluster(tpu_type="v7x")
     svc.workload_policies.error = PermanentError("policy quota exceeded")
     with pytest.raises(TaskEnded) as ended:
         provision(svc, acquiring(svc, "t1", "2x2x2", tpu_type="v7x"))
@@ -258,7 +246,7 @@ def test_workload_policy_refused_fails_node_pool_failed() -> None:
 
 
 def test_abort_during_the_decision_raises_aborted() -> None:
-    svc = services()
+    svc = one_cluster()
     view = acquiring(svc, "t1")
     svc.store.request_abort("t1")
     with pytest.raises(TaskEnded) as ended:
@@ -276,7 +264,7 @@ def planned(svc: Services, task_id: str = "t1") -> tuple[TaskView, PoolChoice]:
 
 
 def test_ready_pool_is_marked_in_use() -> None:
-    svc = services()
+    svc = one_cluster()
     view, choice = planned(svc)
     svc.node_pools.script(POOL, polls_to_ready=3)
     started = svc.clock.now()
@@ -288,7 +276,7 @@ def test_ready_pool_is_marked_in_use() -> None:
 
 
 def test_gke_busy_refusals_are_waited_out() -> None:
-    svc = services()
+    svc = one_cluster()
     view, choice = planned(svc)
     svc.node_pools.refuse_create(3, delay=4.0)
     svc.node_pools.refuse_create(1, delay=None)
@@ -300,7 +288,7 @@ def test_gke_busy_refusals_are_waited_out() -> None:
 
 
 def test_pool_created_by_an_earlier_attempt_is_not_created_again() -> None:
-    svc = services()
+    svc = one_cluster()
     view, choice = planned(svc)
     svc.node_pools.add_existing(svc.store.clusters()[0], POOL, polls_to_ready=1)
     wait_pool_ready(svc, view, choice, svc.clock.now())
@@ -309,7 +297,7 @@ def test_pool_created_by_an_earlier_attempt_is_not_created_again() -> None:
 
 
 def test_broken_pool_fails_node_pool_failed_with_gke_detail() -> None:
-    svc = services()
+    svc = one_cluster()
     view, choice = planned(svc)
     svc.node_pools.script(
         POOL,
@@ -327,7 +315,7 @@ def test_broken_pool_fails_node_pool_failed_with_gke_detail() -> None:
 
 
 def test_create_refused_for_good_fails_node_pool_failed() -> None:
-    svc = services()
+    svc = one_cluster()
     view, choice = planned(svc)
     svc.node_pools.fail_create("Quota TPUS exceeded")
     with pytest.raises(TaskEnded) as ended:
@@ -336,7 +324,7 @@ def test_create_refused_for_good_fails_node_pool_failed() -> None:
 
 
 def test_pool_that_disappears_fails_node_pool_failed() -> None:
-    svc = services()
+    svc = one_cluster()
     view, choice = planned(svc)
     svc.node_pools.script(POOL, never_ready=True)
     cl = svc.store.clusters()[0]

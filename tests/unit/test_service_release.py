@@ -12,11 +12,19 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
-from tests.unit.fakes import FakeClusterJobs, acquiring, cluster, make_services, queued, running
+from tests.unit.fakes import (
+    acquiring,
+    cluster,
+    clusters_of,
+    k8s_of,
+    make_services,
+    queued,
+    running,
+)
 
 from falcon.domain.errors import PermanentError, TemporaryError
 from falcon.domain.lifecycle import NodePool, Phase, PoolState, TaskEnded
-from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, k8s_job_name_for, node_pool_name_for
+from falcon.domain.model import ProvisioningMode, QueueKey, k8s_job_name_for, node_pool_name_for
 from falcon.domain.status import Reason, Status
 from falcon.services import reconcile
 from falcon.services.acquisition import provision, wait_pool_ready
@@ -28,25 +36,10 @@ JOB = k8s_job_name_for("t1")
 QUEUE = QueueKey("c1", "2x2")
 
 
-@pytest.fixture
-def svc() -> Services:
-    services = make_services()
-    services.store.add_cluster(cluster("c1"))
-    return services
-
-
-def k8s(svc: Services) -> FakeClusterJobs:
-    return svc.jobs(svc.store.clusters()[0])  # type: ignore[return-value]
-
-
-def clusters(svc: Services) -> dict[str, Cluster]:
-    return {c.id: c for c in svc.store.clusters()}
-
-
 def succeed(svc: Services, task_id: str = "t1") -> None:
     """The Job completes and the dispatcher notices: phase releasing, outcome Succeeded."""
-    k8s(svc).job(k8s_job_name_for(task_id)).script.complete = True
-    assert task_id in reconcile.follow_running(svc, clusters(svc))
+    k8s_of(svc).job(k8s_job_name_for(task_id)).script.complete = True
+    assert task_id in reconcile.follow_running(svc, clusters_of(svc))
 
 
 def idle(name: str, since: datetime) -> NodePool:
@@ -66,7 +59,7 @@ def test_pool_is_kept_when_a_same_queue_task_waits(svc: Services) -> None:
     pool = svc.store.pool("c1", POOL)
     assert (pool.state, pool.holder_task_id, pool.idle_since) == (PoolState.IDLE, None, svc.clock.now())
     assert svc.node_pools.count("delete") == 0 and ("c1", POOL) in svc.node_pools.pools
-    assert k8s(svc).jobs == {} and k8s(svc).count("delete_job") == 1
+    assert k8s_of(svc).jobs == {} and k8s_of(svc).count("delete_job") == 1
 
 
 def test_kept_pool_is_reused_by_the_waiting_task(svc: Services) -> None:
@@ -139,7 +132,7 @@ def test_deletion_error_is_appended_to_the_message(svc: Services) -> None:
 def test_deletion_error_keeps_the_failure_message_in_front(svc: Services) -> None:
     running(svc, "t1", timeout_seconds=10)
     svc.clock.advance(10)
-    reconcile.follow_running(svc, clusters(svc))
+    reconcile.follow_running(svc, clusters_of(svc))
     svc.node_pools.fail_delete(PermanentError("quota"))
     outcome = release(svc, "t1")
     assert outcome.reason is Reason.TIMEOUT
@@ -157,10 +150,10 @@ def test_gke_busy_while_deleting_is_waited_out(svc: Services) -> None:
 
 def test_multi_host_release_deletes_the_service(svc: Services) -> None:
     running(svc, "t1", "2x4")
-    assert ("falcon-jobs", JOB) in k8s(svc).services
+    assert ("falcon-jobs", JOB) in k8s_of(svc).services
     succeed(svc)
     release(svc, "t1")
-    assert k8s(svc).services == {} and k8s(svc).jobs == {}
+    assert k8s_of(svc).services == {} and k8s_of(svc).jobs == {}
 
 
 # -- reaping kept pools ---------------------------------------------------------------------------
@@ -171,12 +164,12 @@ def test_idle_pool_past_its_grace_is_deleted(svc: Services) -> None:
     svc.node_pools.add_existing(cl, "falcon-kept")
     svc.store.add_pool(idle("falcon-kept", svc.clock.now()))
     svc.clock.advance(120)
-    assert reconcile.reap_idle_pools(svc, clusters(svc), {}) == []  # grace not yet over
+    assert reconcile.reap_idle_pools(svc, clusters_of(svc), {}) == []  # grace not yet over
     svc.clock.advance(1)
-    assert reconcile.reap_idle_pools(svc, clusters(svc), {}) == ["falcon-kept"]
+    assert reconcile.reap_idle_pools(svc, clusters_of(svc), {}) == ["falcon-kept"]
     assert svc.store.pool("c1", "falcon-kept").state is PoolState.DELETING
     assert svc.node_pools.count("delete", "falcon-kept") == 1
-    reconcile.reap_idle_pools(svc, clusters(svc), {})  # next round: GKE no longer has it
+    reconcile.reap_idle_pools(svc, clusters_of(svc), {})  # next round: GKE no longer has it
     assert svc.store.pool("c1", "falcon-kept").state is PoolState.DELETED
 
 
@@ -185,27 +178,27 @@ def test_idle_pool_with_waiters_is_kept_until_ten_graces(svc: Services) -> None:
     svc.store.add_pool(idle("falcon-kept", svc.clock.now()))
     waiting = {QUEUE: 1}
     svc.clock.advance(1200)
-    assert reconcile.reap_idle_pools(svc, clusters(svc), waiting) == []
+    assert reconcile.reap_idle_pools(svc, clusters_of(svc), waiting) == []
     assert svc.store.pool("c1", "falcon-kept").state is PoolState.IDLE
     svc.clock.advance(1)
-    assert reconcile.reap_idle_pools(svc, clusters(svc), waiting) == ["falcon-kept"]
+    assert reconcile.reap_idle_pools(svc, clusters_of(svc), waiting) == ["falcon-kept"]
 
 
 def test_waiters_of_another_queue_do_not_keep_an_idle_pool(svc: Services) -> None:
     svc.store.add_pool(idle("falcon-kept", svc.clock.now()))
     svc.clock.advance(121)
-    assert reconcile.reap_idle_pools(svc, clusters(svc), {QueueKey("c1", "2x4"): 3}) == ["falcon-kept"]
+    assert reconcile.reap_idle_pools(svc, clusters_of(svc), {QueueKey("c1", "2x4"): 3}) == ["falcon-kept"]
 
 
 def test_deletion_gke_refused_is_asked_again_next_round(svc: Services) -> None:
     svc.node_pools.add_existing(svc.store.clusters()[0], "falcon-kept")
     svc.store.add_pool(idle("falcon-kept", svc.clock.now() - timedelta(seconds=500)))
     svc.node_pools.fail_delete(TemporaryError("another operation"))
-    assert reconcile.reap_idle_pools(svc, clusters(svc), {}) == ["falcon-kept"]
+    assert reconcile.reap_idle_pools(svc, clusters_of(svc), {}) == ["falcon-kept"]
     assert ("c1", "falcon-kept") in svc.node_pools.pools
-    reconcile.reap_idle_pools(svc, clusters(svc), {})  # still there: deleted again
+    reconcile.reap_idle_pools(svc, clusters_of(svc), {})  # still there: deleted again
     assert svc.node_pools.pools == {}
-    reconcile.reap_idle_pools(svc, clusters(svc), {})
+    reconcile.reap_idle_pools(svc, clusters_of(svc), {})
     assert svc.store.pool("c1", "falcon-kept").state is PoolState.DELETED
 
 
@@ -214,5 +207,5 @@ def test_orphan_falcon_pools_are_deleted_tracked_ones_are_not(svc: Services) -> 
     running(svc, "t1")
     svc.node_pools.add_existing(cl, "falcon-orphan")
     svc.node_pools.add_existing(cl, "default-pool")
-    assert reconcile.delete_orphan_pools(svc, clusters(svc)) == ["falcon-orphan"]
+    assert reconcile.delete_orphan_pools(svc, clusters_of(svc)) == ["falcon-orphan"]
     assert set(svc.node_pools.pools) == {("c1", POOL), ("c1", "default-pool")}
