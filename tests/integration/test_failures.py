@@ -224,15 +224,20 @@ def test_an_unusable_reservation_fails_the_task_naming_the_problem(
 def test_a_reservation_read_that_fails_for_a_moment_is_retried(
     services: Services, db_url: str, emulator: EmulatorServer
 ) -> None:
+    """The path production takes: the provision task raises TemporaryError, Prefect's retry
+    condition accepts it, and the task's second run provisions the pool on the reservation."""
+    task_id = f"t-res-{uuid.uuid4().hex[:8]}"  # its flow run's name is unique in the Prefect server
     inject_fault(
         emulator, "GET", RESERVATION_ZONE_PATH, 503, "The service is currently unavailable.", times=1
     )
-    submit(db_url, "t-res", "alice", "2x2")
-    history = Driver(services).run_until_done(["t-res"])
-    assert task_of(services, "t-res").status is Status.SUCCEEDED
-    assert ("Pending", "ProvisioningFallback") not in history["t-res"]
+    submit(db_url, task_id, "alice", "2x2")
+    history = Driver(services).run_until_done([task_id])
+    task = task_of(services, task_id)
+    assert task.status is Status.SUCCEEDED
+    assert ("Pending", "ProvisioningFallback") not in history[task_id]
     with db(services) as s:
-        assert repo.get_pool(s, CLUSTER.id, task_of(services, "t-res").node_pool_name).mode == "reservation"  # type: ignore[union-attr]
+        assert repo.get_pool(s, CLUSTER.id, task.node_pool_name).mode == "reservation"  # type: ignore[union-attr]
+    assert provision_run_counts(f"acquire-{task_id}") == [2]
 
 
 @pytest.mark.parametrize(
@@ -290,21 +295,6 @@ def test_a_stockout_in_the_create_operation_fails_the_task_with_the_operation_er
         "reservation projects/proj-a/reservations/res-a does not have enough capacity for node pool "
         f"{task.node_pool_name}: 4 nodes needed, 0 available"
     )
-
-
-def test_a_reservation_read_failing_once_is_retried_by_prefect_and_the_task_runs(
-    services: Services, db_url: str, emulator: EmulatorServer
-) -> None:
-    """The path production takes: the provision task raises TemporaryError, Prefect's retry
-    condition accepts it, and the task's second run provisions the pool."""
-    task_id = f"t-retried-{uuid.uuid4().hex[:8]}"  # its flow run's name is unique in the Prefect server
-    inject_fault(
-        emulator, "GET", RESERVATION_ZONE_PATH, 503, "The service is currently unavailable.", times=1
-    )
-    submit(db_url, task_id, "alice", "2x2")
-    finished(services, task_id)
-    assert task_of(services, task_id).status is Status.SUCCEEDED
-    assert provision_run_counts(f"acquire-{task_id}") == [2]
 
 
 def provision_run_counts(flow_run_name: str) -> list[int]:
