@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import httpx
+import pytest
 
 from falcon.adapters.db import repository as repo
 from falcon.domain.lifecycle import Phase, PoolState
@@ -17,7 +18,7 @@ from falcon.domain.status import Reason, Status
 from falcon.services.acquisition import provision
 from falcon.services.context import Services, load_view
 from falcon_emulator.server import EmulatorServer
-from tests.integration.harness import CLUSTER, Driver, db, emulator_counters, request_abort, submit
+from tests.integration.harness import CLUSTER, EMULATOR, Driver, db, emulator_counters, request_abort, submit
 from tests.integration.launcher import InProcessLauncher
 
 
@@ -52,13 +53,17 @@ def test_abort_while_waiting_removes_the_task_from_its_queue(
     assert driver.history["t-waiting"][-1] == ("Aborted", "")
 
 
+@pytest.mark.parametrize("emulator_config", [{**EMULATOR, "nodePoolProvisionSeconds": 3.0}])
 def test_abort_while_provisioning_waits_for_the_pool_and_deletes_it(
     services: Services, db_url: str, emulator: EmulatorServer
 ) -> None:
     driver = Driver(services)
     submit(db_url, "t-prov", "alice", "4x4")
+    # Aborted once GKE accepted the create (an abort before it creates nothing: see the unit tier).
     driver.run_until(
-        lambda t: t["t-prov"].node_pool_name is not None and t["t-prov"].reason is Reason.PROVISIONING
+        lambda t: (
+            t["t-prov"].reason is Reason.PROVISIONING and emulator_counters(emulator)["nodePoolsCreated"] == 1
+        )
     )
     request_abort(services, "t-prov")
     driver.run_until_done(["t-prov"])
