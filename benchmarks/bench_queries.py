@@ -30,6 +30,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,7 @@ from falcon.adapters.db.orm import JobRow, TaskProgressRow  # noqa: E402
 from falcon.adapters.db.session import session_scope  # noqa: E402
 from falcon.bootstrap import build_services  # noqa: E402
 from falcon.domain.lifecycle import Phase  # noqa: E402
-from falcon.domain.model import Cluster, ClusterStatus  # noqa: E402
+from falcon.domain.model import Cluster  # noqa: E402
 from falcon.services.context import Services  # noqa: E402
 from falcon.settings import get_settings  # noqa: E402
 from falcon_emulator.config import EmulatorConfig  # noqa: E402
@@ -153,21 +154,8 @@ def fleet() -> dict[str, Any]:
 
 
 def clusters() -> list[Cluster]:
-    return [
-        Cluster(
-            f"c-{n[-1]}",
-            n,
-            "proj-a",
-            "us-east5",
-            "v6e",
-            "bucket-a",
-            "res-a",
-            ClusterStatus.ACTIVE,
-            "falcon-jobs",
-            "us-east5-b",
-        )
-        for n in CLUSTER_NAMES
-    ]
+    """The harness's cluster, once per emulated cluster name."""
+    return [replace(CLUSTER, id=f"c-{n[-1]}", name=n) for n in CLUSTER_NAMES]
 
 
 def suspended_job(name: str, task_id: str) -> dict[str, Any]:

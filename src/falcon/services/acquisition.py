@@ -24,7 +24,6 @@ from falcon.domain.lifecycle import (
     PoolState,
     TaskEnded,
     TaskView,
-    aborted,
     failed,
     timed_out,
 )
@@ -37,7 +36,7 @@ from falcon.domain.scheduling import (
     UnusableReservationError,
     decide_provisioning,
 )
-from falcon.domain.status import Reason, Status
+from falcon.domain.status import Reason
 from falcon.domain.topology import resolve_shape
 from falcon.domain.workloads import ClusterEvent, JobState, PodState, StartGrace, start_failure
 from falcon.services.context import Services
@@ -321,17 +320,15 @@ def wait_pods_running(services: Services, view: TaskView, job_name: str) -> int:
     namespace, total = view.cluster.namespace, view.shape.nodes
     jobs, clock, written = services.jobs(view.cluster), services.clock, None
     while True:
-        task = services.store.task(view.task.id)
-        if task is None or task.status is Status.ABORTING:
-            raise TaskEnded(aborted(services.say))
+        task = services.ensure_active(view.task.id)
         try:
             job = jobs.get_job(namespace, job_name)
             pods = jobs.job_pods(namespace, job_name)
-            events = [] if _running(pods) >= total else jobs.warning_events(namespace)
+            running = sum(1 for p in pods if p.phase == "Running")
+            events = [] if running >= total else jobs.warning_events(namespace)
         except TemporaryError:
             clock.sleep(services.settings.poll_seconds)
             continue
-        running = _running(pods)
         if job.failed_condition:
             detail = "; ".join(p.describe() for p in pods if p.terminated) or job.failed_condition
             raise TaskEnded(failed(services.say, Reason.JOB_FAILED, MessageKey.JOB_FAILED, detail=detail))
@@ -352,10 +349,6 @@ def wait_pods_running(services: Services, view: TaskView, job_name: str) -> int:
             _note_pending(services, task.id, message)
             written = message
         clock.sleep(services.settings.poll_seconds)
-
-
-def _running(pods: list[PodState]) -> int:
-    return sum(1 for p in pods if p.phase == "Running")
 
 
 def cannot_start(

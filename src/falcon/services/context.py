@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from falcon.domain.errors import PermanentError
 from falcon.domain.lifecycle import TaskEnded, TaskView, aborted
 from falcon.domain.messages import Messages
-from falcon.domain.model import TaskSpec
+from falcon.domain.model import Task, TaskSpec
 from falcon.domain.scheduling import keep_pool_after_task
 from falcon.domain.status import Status
 from falcon.domain.topology import resolve_shape
@@ -44,11 +44,12 @@ class Services:
     def __post_init__(self) -> None:
         object.__setattr__(self, "say", Messages(self.settings.message_locale))
 
-    def ensure_active(self, task_id: str) -> None:
-        """Raise TaskEnded(Aborted) once upstream has asked for an abort (or the row is gone)."""
+    def ensure_active(self, task_id: str) -> Task:
+        """The task's row; TaskEnded(Aborted) once upstream has asked for an abort (or it is gone)."""
         task = self.store.task(task_id)
         if task is None or task.status is Status.ABORTING:
             raise TaskEnded(aborted(self.say))
+        return task
 
 
 def load_view(services: Services, task_id: str) -> TaskView:

@@ -27,6 +27,21 @@ LEAK_CONFIRM_SECONDS = 5.0
 
 
 @dataclass
+class Every:
+    """A periodic piece of the tick: due the first time, then once ``period`` seconds have passed."""
+
+    period: float
+    last: float | None = None
+
+    def due(self, monotonic: float, force: bool = False) -> bool:
+        """True, and the time noted, when the period is over (or ``force`` asks for it anyway)."""
+        if not force and self.last is not None and monotonic - self.last < self.period:
+            return False
+        self.last = monotonic
+        return True
+
+
+@dataclass
 class TickReport:
     queued: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
@@ -47,9 +62,10 @@ class Dispatcher:
         self.services = services
         self.book = QueueBook()
         self._launches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="launch")
-        self._last_reconcile: float | None = None
-        self._last_refresh = 0.0
-        self._last_orphan_scan: float | None = None
+        settings = services.settings
+        self._refresh = Every(settings.queue_refresh_seconds)
+        self._reconcile_timer = Every(settings.reconcile_seconds)
+        self._orphan_scan = Every(settings.orphan_scan_seconds)
         self._held_since: dict[QueueKey, float] = {}
 
     def tick(self) -> TickReport:
@@ -66,13 +82,10 @@ class Dispatcher:
     def _tick(self) -> TickReport:
         svc, settings = self.services, self.services.settings
         clock, report = svc.clock, TickReport()
-        reload = (
-            not self.book.loaded or clock.monotonic() - self._last_refresh >= settings.queue_refresh_seconds
-        )
+        reload = self._refresh.due(clock.monotonic(), force=not self.book.loaded)
         snapshot = svc.store.snapshot(settings.intake_batch, with_book=reload)
-        if reload and snapshot.waiting is not None:
+        if snapshot.waiting is not None:
             self.book.load(snapshot.waiting, snapshot.last_actors or {})
-            self._last_refresh = clock.monotonic()
         now = clock.now()
         intake = take_in(svc.store, snapshot, svc.say, now)
         for queue, task in intake.queued:
@@ -92,17 +105,9 @@ class Dispatcher:
         report.picked = [p.task_id for p in result.picks]
         self._launch(result.picks)
         report.repaired = self._repair_leaks(result.slot_held)
-        if self._due("_last_reconcile", settings.reconcile_seconds):
+        if self._reconcile_timer.due(clock.monotonic()):
             self._reconcile(report)
         return report
-
-    def _due(self, last: str, period: float) -> bool:
-        """True (and the time noted) when ``period`` has passed since ``last`` ran, or it never ran."""
-        now, previous = self.services.clock.monotonic(), getattr(self, last)
-        if previous is not None and now - previous < period:
-            return False
-        setattr(self, last, now)
-        return True
 
     def _launch(self, picks: list[Pick]) -> None:
         """Start the lifecycle runs in parallel: each start is a few API round trips."""
@@ -130,7 +135,7 @@ class Dispatcher:
         report.ended = reconcile.follow_running(svc, clusters)
         report.started = reconcile.supervise_runs(svc)
         report.reaped = reconcile.reap_idle_pools(svc, clusters, self.book.counts())
-        if self._due("_last_orphan_scan", svc.settings.orphan_scan_seconds):
+        if self._orphan_scan.due(svc.clock.monotonic()):
             pools = reconcile.delete_orphan_pools(svc, clusters)
             report.orphans = pools + reconcile.delete_orphan_services(svc, clusters)
 

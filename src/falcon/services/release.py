@@ -141,9 +141,9 @@ def delete_pool(services: Services, cluster: Cluster, pool: str) -> str | None:
 
 def write_outcome(services: Services, task_id: str, outcome: Outcome) -> Outcome:
     """Terminal status, compare-and-set: an abort that arrived meanwhile wins as Aborted."""
-    store, now = services.store, services.clock.now()
-    if store.finish(task_id, aborted(services.say), [Status.ABORTING], now):
-        return aborted(services.say)
+    store, now, abort = services.store, services.clock.now(), aborted(services.say)
+    if store.finish(task_id, abort, [Status.ABORTING], now):
+        return abort
     # Succeeded only ever follows Running; a failure may end a task still Pending.
     expect = [Status.RUNNING] if outcome.status is Status.SUCCEEDED else [Status.PENDING, Status.RUNNING]
     if not store.finish(task_id, outcome, expect, now):
