@@ -17,12 +17,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
 import httpx
 import psutil
+import yaml
 from prefect import Flow
 from prefect.deployments.runner import RunnerDeployment
 
@@ -35,7 +36,6 @@ from falcon.domain.status import TERMINAL, Status
 from falcon.settings import Settings, get_settings
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
-DISPATCHER_INTERVAL = timedelta(seconds=600)
 
 
 def free_port() -> int:
@@ -101,29 +101,46 @@ def emulator(config: Path | None, port: int, data_dir: Path) -> Iterator[str]:
 
 
 def serve_deployments() -> None:
-    """Serve the dispatcher (scheduled, never two at once) and the per-task flows; blocks."""
+    """Serve the dispatcher (scheduled, never two at once, replaced at once when it crashes) and
+    the per-task flows; blocks. The dispatcher is served as prefect.yaml deploys it."""
     from prefect import serve
-    from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
     from prefect.flows import load_flow_from_entrypoint
 
     os.chdir(PROJECT_DIR)
+    served_since = utc_now()
     dispatcher: Flow[..., Any] = load_flow_from_entrypoint("flows/dispatcher.py:dispatcher")
     lifecycle: Flow[..., Any] = load_flow_from_entrypoint("flows/lifecycle.py:task_lifecycle")
     release: Flow[..., Any] = load_flow_from_entrypoint("flows/lifecycle.py:task_release")
-    threading.Thread(target=_start_dispatcher_now, daemon=True).start()
+    deployed = dispatcher_deployment()
+    threading.Thread(
+        target=_start_dispatcher_now, args=(deployed["parameters"], served_since), daemon=True
+    ).start()
     serve(
-        _sync(dispatcher.to_deployment)(
-            "dispatcher",
-            interval=DISPATCHER_INTERVAL,
-            parameters={"run_seconds": DISPATCHER_INTERVAL.total_seconds() - 2},
-            concurrency_limit=ConcurrencyLimitConfig(
-                limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW
-            ),
-        ),
+        _sync(dispatcher.to_deployment)("dispatcher", **dispatcher_options(deployed)),
         _sync(lifecycle.to_deployment)("task-lifecycle"),
         _sync(release.to_deployment)("task-release"),
         limit=int(os.environ.get("FALCON_RUNNER_LIMIT", "25")),
     )
+
+
+def dispatcher_deployment() -> dict[str, Any]:
+    """The dispatcher's entry in prefect.yaml: what `prefect deploy` rolls out."""
+    config = yaml.safe_load((PROJECT_DIR / "prefect.yaml").read_text())
+    return next(d for d in config["deployments"] if d["name"] == "dispatcher")
+
+
+def dispatcher_options(deployed: dict[str, Any]) -> dict[str, Any]:
+    """prefect.yaml's dispatcher entry as Flow.to_deployment's arguments."""
+    from prefect.client.schemas.objects import ConcurrencyLimitConfig
+    from prefect.events.schemas.deployment_triggers import DeploymentEventTrigger
+
+    (schedule,) = deployed["schedules"]
+    return {
+        "interval": timedelta(seconds=schedule["interval"]),
+        "parameters": deployed["parameters"],
+        "concurrency_limit": ConcurrencyLimitConfig(**deployed["concurrency_limit"]),
+        "triggers": [DeploymentEventTrigger(**trigger) for trigger in deployed["triggers"]],
+    }
 
 
 def _sync(method: Callable[..., Any]) -> Callable[..., RunnerDeployment]:
@@ -131,21 +148,47 @@ def _sync(method: Callable[..., Any]) -> Callable[..., RunnerDeployment]:
     return cast(Callable[..., RunnerDeployment], method)
 
 
-def _start_dispatcher_now() -> None:
-    """Do not wait for the first scheduled tick: start a dispatcher run as soon as it is served."""
+def _start_dispatcher_now(parameters: dict[str, Any], served_since: datetime) -> None:
+    """Do not wait for the first scheduled tick: start a dispatcher run as soon as it is served,
+    after crashing the runs a killed predecessor of this runner left behind."""
     from prefect.deployments import run_deployment
 
     for _ in range(120):
         try:
-            run_deployment(
-                "dispatcher/dispatcher",
-                timeout=0,
-                as_subflow=False,
-                parameters={"run_seconds": DISPATCHER_INTERVAL.total_seconds() - 2},
-            )
+            _crash_runs_of_a_dead_runner(served_since)
+            run_deployment("dispatcher/dispatcher", timeout=0, as_subflow=False, parameters=parameters)
             return
         except Exception:
             time.sleep(1)
+
+
+def _crash_runs_of_a_dead_runner(served_since: datetime) -> None:
+    """Dispatcher runs that entered Running or Pending before this runner started belong to a
+    runner that was killed (only one serves the dispatcher here). Left alone they would hold the
+    deployment's concurrency slot, and every new run would be cancelled until its lease expired."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        DeploymentFilter,
+        DeploymentFilterName,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["dispatcher"])),
+            flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(
+                    type=FlowRunFilterStateType(any_=[StateType.RUNNING, StateType.PENDING])
+                )
+            ),
+        )
+        for run in runs:
+            if run.state is not None and run.state.timestamp < served_since:
+                client.set_flow_run_state(run.id, Crashed(message="its runner was killed"), force=True)
 
 
 def run_local(with_emulator: bool, emulator_config: Path | None, emulator_port: int) -> int:

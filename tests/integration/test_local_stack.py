@@ -198,12 +198,50 @@ def test_falcon_local_uses_a_given_prefect_server_and_a_separate_emulator(
         *("--tpu-type", "v6e", "--gcs-bucket", "falcon-demo-logs-b", "--zone", "us-central1-b"),
         env=env,
     )
+    db = home / "falcon.db"
     with started(tmp_path, "local", env=env) as proc:
-        upstream_insert(home / "falcon.db", "sql-1", json.dumps(SPEC))
-        wait_for(home / "falcon.db", {"sql-1": "Succeeded"}, proc, 240)
+        upstream_insert(db, "sql-1", json.dumps(SPEC))
+        wait_for(db, {"sql-1": "Succeeded"}, proc, 240)
+        gap = pickup_after_killing(dispatcher_process(prefect_server, home), db, "sql-2", proc)
+        print(f"SIGKILL of the dispatcher's run to the next pickup: {gap:.1f}s")
+        assert gap < 30, f"the next pickup came {gap:.1f}s after the dispatcher's run was killed"
+        for member in stack_processes(home):  # the machine is lost: its dispatcher run stays Running
+            member.kill()
+        proc.wait(10)
+    with started(tmp_path, "local", env=env) as proc:
+        upstream_insert(db, "sql-3", json.dumps(SPEC))
+        wait_for(db, {"sql-2": "Succeeded", "sql-3": "Succeeded"}, proc, 240)
         stop_and_check_nothing_left(proc, home, signal.SIGTERM)
     assert httpx.get(f"{prefect_server}/health", timeout=5).status_code == 200  # not ours to stop
     assert httpx.get(f"{emulator_served}/healthz", timeout=5).status_code == 200
+
+
+def dispatcher_process(api_url: str, home: Path) -> psutil.Process:
+    """The process of the dispatcher's running flow run (the runner starts each run in its own)."""
+    query = {
+        "deployments": {"name": {"any_": ["dispatcher"]}},
+        "flow_runs": {"state": {"type": {"any_": ["RUNNING"]}}},
+    }
+    runs = httpx.post(f"{api_url}/flow_runs/filter", json=query, timeout=10).json()
+    ids = {run["id"] for run in runs}
+    found = [p for p in stack_processes(home) if p.environ().get("PREFECT__FLOW_RUN_ID") in ids]
+    assert len(found) == 1, (ids, found)
+    return found[0]
+
+
+def pickup_after_killing(
+    victim: psutil.Process, db: Path, task_id: str, stack: subprocess.Popen[str]
+) -> float:
+    """SIGKILL ``victim``, write a row at once, and time until a dispatcher takes it in (its
+    Reason is set: Waiting, or already further)."""
+    victim.kill()
+    killed = time.monotonic()
+    upstream_insert(db, task_id, json.dumps(SPEC))
+    while statuses(db)[task_id] == ("Pending", None):
+        assert stack.poll() is None, "the stack died with its dispatcher"
+        assert time.monotonic() - killed < 240, "never picked up after the dispatcher was killed"
+        time.sleep(0.2)
+    return time.monotonic() - killed
 
 
 def test_the_demo_runs_sample_tasks_to_succeeded_and_sigterm_stops_all_of_it(tmp_path: Path) -> None:

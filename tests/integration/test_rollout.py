@@ -1,5 +1,6 @@
 """`prefect deploy --all` accepts prefect.yaml and creates the three deployments as designed:
-the dispatcher on an interval with concurrency 1 (CANCEL_NEW), the per-task flows unscheduled."""
+the dispatcher on an interval with concurrency 1 (CANCEL_NEW) and restarted when it crashes, the
+per-task flows unscheduled."""
 
 from __future__ import annotations
 
@@ -38,3 +39,7 @@ def test_prefect_deploy_creates_the_three_deployments(prefect_api: None) -> None
     assert dispatcher.parameters == {"run_seconds": 598}
     assert lifecycle.schedules == [] and release.schedules == []
     assert {d.work_pool_name for d in (dispatcher, lifecycle, release)} == {"falcon"}
+    with get_client(sync_client=True) as client:
+        (restart,) = client.read_automations_by_name("falcon-dispatcher-restart")
+    assert restart.trigger.expect == {"prefect.flow-run.Crashed"}  # type: ignore[union-attr]
+    assert [a.deployment_id for a in restart.actions] == [dispatcher.id]  # type: ignore[union-attr]
