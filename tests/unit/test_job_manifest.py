@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from falcon.domain.job_manifest import LOG_WRAPPER, JobTarget, log_object, render_job, render_service
-from falcon.domain.model import Cluster, ClusterStatus, TaskSpec, k8s_job_name_for
+from falcon.domain.model import FALCON_ENV, Cluster, ClusterStatus, Resources, TaskSpec, k8s_job_name_for
 from falcon.domain.topology import resolve_shape
 
 CLUSTER = Cluster(
@@ -167,10 +167,40 @@ def test_the_container_runs_the_command_under_the_log_wrapper_with_its_args_and_
 
 
 def test_extra_resources_of_the_spec_join_the_tpu_request() -> None:
-    spec = SPEC.model_copy(update={"resources": {"requests": {"memory": "64Gi"}, "limits": {"memory": 128}}})
+    spec = TaskSpec.model_validate(
+        {
+            **SPEC.model_dump(),
+            "resources": {"requests": {"memory": "64Gi", "cpu": 8}, "limits": {"memory": "128Gi"}},
+        }
+    )
     (container,) = pod_spec(render_job(spec, target("v6e", "2x4")))["containers"]
-    assert container["resources"]["requests"] == {"google.com/tpu": "4", "memory": "64Gi"}
-    assert container["resources"]["limits"] == {"google.com/tpu": "4", "memory": "128"}
+    assert container["resources"]["requests"] == {"google.com/tpu": "4", "memory": "64Gi", "cpu": "8"}
+    assert container["resources"]["limits"] == {"google.com/tpu": "4", "memory": "128Gi"}
+
+
+def test_the_tpu_request_is_the_shapes_even_for_a_spec_built_without_validation() -> None:
+    """Intake refuses google.com/tpu in a spec; the renderer does not rely on it."""
+    own = Resources.model_construct(requests={"google.com/tpu": "8"}, limits={"google.com/tpu": "8"})
+    spec = SPEC.model_copy(update={"resources": own, "env": {"POD_NAME": "mine"}})
+    (container,) = pod_spec(render_job(spec, target("v6e", "2x4")))["containers"]
+    assert container["resources"] == {"requests": {"google.com/tpu": "4"}, "limits": {"google.com/tpu": "4"}}
+    pod_name = [e for e in container["env"] if e["name"] == "POD_NAME"]
+    assert pod_name == [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+
+
+def test_the_variables_falcon_sets_are_the_ones_a_spec_may_not_set() -> None:
+    spec = SPEC.model_copy(update={"env": {}})
+    (container,) = pod_spec(render_job(spec, target("v6e", "2x2")))["containers"]
+    assert [e["name"] for e in container["env"]] == list(FALCON_ENV)
+
+
+def test_a_dollar_in_the_task_id_reaches_the_pod_unexpanded() -> None:
+    """Kubernetes expands $(VAR) in env values; $$ is its escape for a literal '$'."""
+    job_target = JobTarget(**{**vars(target("v6e", "2x2")), "task_id": "t$(POD_NAMESPACE)"})
+    (container,) = pod_spec(render_job(SPEC, job_target))["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["FALCON_TASK_ID"] == "t$$(POD_NAMESPACE)"
+    assert env["FALCON_LOG_FILE"] == "/gcs/logs/t$$(POD_NAMESPACE)/$(POD_NAME).log"
 
 
 def test_the_headless_service_selects_exactly_the_pods_of_its_task() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from falcon.domain.model import Cluster, TaskSpec
+from falcon.domain.model import FALCON_ENV, TPU_RESOURCE, Cluster, Resources, TaskSpec
 from falcon.domain.topology import SliceShape
 
 MANAGED_BY = "falcon"
@@ -153,26 +153,28 @@ def _pod_spec(spec: TaskSpec, target: JobTarget) -> dict[str, Any]:
 
 
 def _container(spec: TaskSpec, target: JobTarget) -> dict[str, Any]:
-    chips = str(target.shape.chips_per_node)
-    resources: dict[str, Any] = {"limits": {"google.com/tpu": chips}, "requests": {"google.com/tpu": chips}}
-    for kind, values in (spec.resources or {}).items():
-        if isinstance(values, dict):
-            resources.setdefault(kind, {}).update({k: str(v) for k, v in values.items()})
-    log_file = f"{target.gcs_mount_path}/{target.log_dir}/$(POD_NAME).log"
-    env = [
+    chips = {TPU_RESOURCE: str(target.shape.chips_per_node)}
+    own = spec.resources or Resources()
+    log_file = _literal(f"{target.gcs_mount_path}/{target.log_dir}") + "/$(POD_NAME).log"
+    falcon_env = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-        {"name": "FALCON_TASK_ID", "value": target.task_id},
+        {"name": "FALCON_TASK_ID", "value": _literal(target.task_id)},
         {"name": "FALCON_LOG_FILE", "value": log_file},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
-        *({"name": k, "value": v} for k, v in spec.env.items()),
     ]
     return {
         "name": "main",
         "image": spec.image,
         "command": ["/bin/bash", "-c", LOG_WRAPPER, "falcon-run", *spec.command],
         "args": list(spec.args),
-        "env": env,
-        "resources": resources,
+        "env": [*falcon_env, *({"name": k, "value": v} for k, v in spec.env.items() if k not in FALCON_ENV)],
+        # The chips last: the TPU request is the slice shape's, whatever the spec says.
+        "resources": {"requests": {**own.requests, **chips}, "limits": {**own.limits, **chips}},
         "volumeMounts": [{"name": "gcs-logs", "mountPath": target.gcs_mount_path}],
     }
+
+
+def _literal(value: str) -> str:
+    """An env value Kubernetes passes as it is: it expands ``$(VAR)``, and ``$$`` is its escape."""
+    return value.replace("$", "$$")

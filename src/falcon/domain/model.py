@@ -8,13 +8,24 @@ A *queue* is one (cluster, topology) pair.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from falcon.domain.errors import InvalidSpecError
 from falcon.domain.status import Reason, Status
@@ -80,41 +91,152 @@ class QueueKey:
         return f"falcon:{self.cluster_id}:{self.topology}"
 
 
+# The variables the Job's container gets from Falcon (job_manifest._container): a spec may not set them.
+FALCON_ENV = ("POD_NAME", "POD_NAMESPACE", "FALCON_TASK_ID", "FALCON_LOG_FILE", "PYTHONUNBUFFERED")
+TPU_RESOURCE = "google.com/tpu"  # requested from the slice shape, never from the spec
+# What a spec may request beside the TPU chips: anything else either never schedules on a TPU node
+# (other extended resources) or needs more than a request (hugepages).
+SPEC_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+# The whole spec as JSON, in UTF-8. Linux caps each argument and variable of a process at 128 KiB
+# (MAX_ARG_STRLEN) and Kubernetes an object at 1.5 MiB: a larger spec could never start.
+MAX_SPEC_BYTES = 128 * 1024
+MAX_PROBLEMS_SHOWN = 5
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+# A Kubernetes quantity, without the exponents no request needs (resource.Quantity's grammar).
+_QUANTITY = re.compile(
+    r"\+?(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?P<suffix>[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]{1,2})?"
+)
+_SUFFIX_POWERS = {"Ki": (2, 10), "Mi": (2, 20), "Gi": (2, 30), "Ti": (2, 40), "Pi": (2, 50), "Ei": (2, 60)}
+_SUFFIX_POWERS |= {s: (10, e) for s, e in zip("numkMGTPE", (-9, -6, -3, 3, 6, 9, 12, 15, 18), strict=True)}
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """A value quoted for a Message: escaped (no control, bidi or lone surrogate reaches the row),
+    and cut, so a hostile value cannot make the Message unreadable or too long for its column."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}…"
+
+
+def _container_text(value: str) -> str:
+    """A string that reaches a container (argv, environment): exec cannot pass NUL, and a lone
+    surrogate (JSON can carry one, UTF-8 cannot) would reach the pod changed."""
+    if "\0" in value:
+        raise ValueError("contains a NUL character")
+    if any("\ud800" <= c <= "\udfff" for c in value):
+        raise ValueError("contains a lone UTF-16 surrogate, not UTF-8 text")
+    return value
+
+
+def _image(value: str) -> str:
+    if not value.isprintable() or any(c.isspace() for c in value):
+        raise ValueError(f"{shown(value)} has whitespace or unprintable characters, no image reference does")
+    return value
+
+
+def quantity_value(quantity: str) -> Decimal:
+    """The number a Kubernetes quantity stands for (``64Gi``, ``500m``, ``1.5``, ``1e3``)."""
+    match = _QUANTITY.fullmatch(quantity)
+    if match is None:
+        raise ValueError(f"{shown(quantity)} is not a Kubernetes quantity (e.g. 500m, 4, 64Gi)")
+    suffix = match["suffix"] or ""
+    base, exponent = (
+        (10, int(suffix[1:])) if suffix[:1] in ("e", "E") else _SUFFIX_POWERS.get(suffix, (10, 0))
+    )
+    return Decimal(match["number"]) * Decimal(base) ** exponent
+
+
+def _quantity(value: object) -> object:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return value  # left to the str type's own error
+    quantity = str(value)
+    quantity_value(quantity)
+    return quantity
+
+
+def _resource_name(name: str) -> str:
+    if name == TPU_RESOURCE:
+        raise ValueError(f"{TPU_RESOURCE} is requested by Falcon from the topology")
+    if name not in SPEC_RESOURCES:
+        raise ValueError(f"{shown(name)} is not one of {', '.join(SPEC_RESOURCES)}")
+    return name
+
+
+ContainerText = Annotated[str, AfterValidator(_container_text)]
+Quantity = Annotated[str, BeforeValidator(_quantity), Field(max_length=32)]
+ResourceName = Annotated[str, AfterValidator(_resource_name)]
+
+
+class Resources(BaseModel):
+    """The spec's own requests and limits: CPU, memory and ephemeral storage beside the TPU chips."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    requests: dict[ResourceName, Quantity] = Field(default_factory=dict)
+    limits: dict[ResourceName, Quantity] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> Resources:
+        """The API server refuses a request above its limit; say so before a pool is made for it."""
+        for name, limit in self.limits.items():
+            request = self.requests.get(name)
+            if request is not None and quantity_value(request) > quantity_value(limit):
+                raise ValueError(f"requests.{name} ({request}) is above limits.{name} ({limit})")
+        return self
+
+
 class TaskSpec(BaseModel):
     """The ``spec`` JSON column: what to run. Validated at intake; bad specs fail the one task."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    image: str = Field(min_length=1)
-    command: list[str] = Field(min_length=1)
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    topology: str = Field(min_length=3)
-    resources: dict[str, Any] | None = None
+    image: Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(_image)]
+    command: list[ContainerText] = Field(min_length=1)
+    args: list[ContainerText] = Field(default_factory=list)
+    env: dict[str, ContainerText] = Field(default_factory=dict)
+    topology: str = Field(min_length=3, max_length=32)
+    resources: Resources | None = None
 
     @field_validator("topology", mode="before")
     @classmethod
     def _normalise_topology(cls, topology: object) -> object:
         return normalise_topology(topology) if isinstance(topology, str) else topology
 
+    @field_validator("command")
+    @classmethod
+    def _program(cls, command: list[str]) -> list[str]:
+        if not command[0]:
+            raise ValueError("the program (its first item) is empty")
+        return command
+
     @field_validator("env")
     @classmethod
     def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
-        bad = [k for k in env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", k)]
-        if bad:
-            raise ValueError(f"invalid env var names: {bad}")
+        for name in env:
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"{shown(name)} is not a valid variable name")
+            if name in FALCON_ENV:
+                raise ValueError(f"{name} is set by Falcon in every pod and cannot be overridden")
         return env
 
     @classmethod
     def parse(cls, raw: object) -> TaskSpec:
         """Validate the raw JSON value, turning every problem into one InvalidSpecError."""
+        size = len(json.dumps(raw, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+        if size > MAX_SPEC_BYTES:
+            raise InvalidSpecError(f"invalid spec: spec: {size} bytes of JSON, at most {MAX_SPEC_BYTES}")
         try:
             return cls.model_validate(raw)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}" for e in exc.errors()
-            )
-            raise InvalidSpecError(f"invalid spec: {problems}") from exc
+            problems = [f"{_where(e['loc'])}: {e['msg']}" for e in exc.errors()]
+            more = len(problems) - MAX_PROBLEMS_SHOWN
+            listed = "; ".join(problems[:MAX_PROBLEMS_SHOWN]) + (f"; …+{more}" if more > 0 else "")
+            raise InvalidSpecError(f"invalid spec: {listed}") from exc
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    """The field a problem is in, as ``env.MY_VAR``; a key the spec made up is quoted and cut."""
+    parts = [str(p) if isinstance(p, int) or (p.isprintable() and len(p) <= 40) else shown(p) for p in loc]
+    return ".".join(parts) or "spec"
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ Deciding is pure (``decide``); ``take_in`` then writes each row's decision on it
 
 from __future__ import annotations
 
+import unicodedata
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,10 +16,10 @@ from datetime import datetime
 from falcon.domain.errors import InvalidSpecError
 from falcon.domain.lifecycle import NodePool, Outcome, Snapshot, failed
 from falcon.domain.messages import MessageKey, Messages
-from falcon.domain.model import Cluster, QueueKey, Task, TaskSpec
+from falcon.domain.model import Cluster, QueueKey, Task, TaskSpec, shown
 from falcon.domain.scheduling import ClusterLoad, WaitingTask, choose_cluster
 from falcon.domain.status import Reason, Status
-from falcon.domain.topology import resolve_shape
+from falcon.domain.topology import SliceShape, resolve_shape
 from falcon.services.ports import TaskStore
 
 
@@ -37,14 +38,42 @@ class Admission:
     outcome: Outcome | None = None
 
 
-def validate(task: Task) -> TaskSpec:
+MAX_TIMEOUT_SECONDS = 30 * 24 * 3600  # a month: a longer run sets no timeout (NULL)
+# Contract widths of the columns (README); SQLite and lax upstream tables do not enforce them.
+_COLUMN_WIDTHS = {"id": 64, "actor": 128, "name": 255, "tpu_type": 32}
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def validate(task: Task) -> SliceShape:
+    """The slice shape of a row that can run, or InvalidSpecError naming the column or field at fault."""
     if task.problems:
         raise InvalidSpecError("; ".join(task.problems))
+    for column, value in (
+        ("id", task.id),
+        ("actor", task.actor),
+        ("name", task.name),
+        ("tpu_type", task.tpu_type),
+    ):
+        _check_text(column, value)
+    if task.id in (".", "..") or "/" in task.id:
+        raise InvalidSpecError(f"id {shown(task.id)} cannot name the task's log folder (logs/<id>/)")
     spec = TaskSpec.parse(task.spec)
-    resolve_shape(task.tpu_type, spec.topology)
-    if task.timeout_seconds is not None and task.timeout_seconds <= 0:
-        raise InvalidSpecError(f"timeout_seconds must be positive, got {task.timeout_seconds}")
-    return spec
+    shape = resolve_shape(task.tpu_type, spec.topology)
+    if task.timeout_seconds is not None and not 0 < task.timeout_seconds <= MAX_TIMEOUT_SECONDS:
+        raise InvalidSpecError(
+            f"timeout_seconds must be positive and at most {MAX_TIMEOUT_SECONDS} (30 days),"
+            f" got {task.timeout_seconds}"
+        )
+    return shape
+
+
+def _check_text(column: str, value: str) -> None:
+    """Texts shown in Messages, the task's own and its queue's: no control, bidi override or lone
+    surrogate in them, and no longer than the contract's column."""
+    if len(value) > _COLUMN_WIDTHS[column]:
+        raise InvalidSpecError(f"{column} has {len(value)} characters, at most {_COLUMN_WIDTHS[column]}")
+    if any(unicodedata.category(c) in ("Cc", "Cs") or c in _BIDI_CONTROLS for c in value):
+        raise InvalidSpecError(f"{column} {shown(value)} has control characters")
 
 
 def decide(tasks: Sequence[Task], loads: list[ClusterLoad], say: Messages) -> list[Admission]:
@@ -52,19 +81,19 @@ def decide(tasks: Sequence[Task], loads: list[ClusterLoad], say: Messages) -> li
     admissions = []
     for task in tasks:
         try:
-            spec = validate(task)
+            shape = validate(task)
         except InvalidSpecError as exc:
             outcome = failed(say, Reason.INVALID_SPEC, MessageKey.INVALID_SPEC, detail=exc)
             admissions.append(Admission(task, None, outcome))
             continue
-        cluster = choose_cluster(task.tpu_type, spec.topology, loads)
+        cluster = choose_cluster(task.tpu_type, shape.topology, loads)
         if cluster is None:
             outcome = failed(
                 say, Reason.NO_ELIGIBLE_CLUSTER, MessageKey.NO_ELIGIBLE_CLUSTER, tpu_type=task.tpu_type
             )
             admissions.append(Admission(task, None, outcome))
             continue
-        queue = QueueKey(cluster.id, spec.topology)
+        queue = QueueKey(cluster.id, shape.topology)  # "02x04" and "2x4" are one queue
         admissions.append(Admission(task, queue))
         loads = _count_one_more(loads, queue)
     return admissions
