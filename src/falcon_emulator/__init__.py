@@ -181,8 +181,14 @@ What is modelled
   |                | file: a log in a bucket is whatever the container itself |                              |
   |                | writes.                                                  |                              |
   +----------------+----------------------------------------------------------+------------------------------+
-* Admin: ``GET /emulator/state``, ``POST/GET/DELETE /emulator/faults``,
-  ``POST /emulator/clusters/<p>/<l>/<c>/compact`` (forget watch history), ``GET /healthz``.
+* Admin: ``GET /emulator/state`` (pools, reservations, per cluster the Job creations accepted and
+  refused as duplicates, faults injected by kind), ``POST/GET/DELETE /emulator/faults`` (faults.py:
+  an HTTP error in each API's own shape, a delay past the client's timeout after which the request is
+  still carried out, a connection reset with no response, a probability from a seeded RNG, a duration),
+  ``POST /emulator/clusters/<p>/<l>/<c>/compact`` (forget watch history),
+  ``POST /emulator/clusters/<p>/<l>/<c>/nodePools/<pool>/break`` with ``{"message": ...}`` (the pool goes
+  to ERROR with that statusMessage, a running create ends with it, as on a stockout or a failed
+  repair), ``GET /healthz``.
 
 KNOWN FIDELITY GAPS
 -------------------

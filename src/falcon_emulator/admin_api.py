@@ -8,8 +8,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from falcon_emulator.errors import json_response
+from falcon_emulator.errors import GoogleError, json_response
 from falcon_emulator.gke_api import emulator_state
+from falcon_emulator.nodepools import break_node_pool, pool_json
 from falcon_emulator.state import ClusterState, EmulatorState, NodePool, PoolRecord
 from falcon_emulator.util import JSON
 
@@ -41,8 +42,9 @@ async def add_faults(request: Request) -> Response:
     try:
         body: Any = json.loads(await request.body() or b"[]")
         rules = body.get("rules", []) if isinstance(body, dict) else body
+        seed = body.get("seed") if isinstance(body, dict) else None
         with state.lock:
-            state.faults.add(list(rules))
+            state.faults.add(list(rules), None if seed is None else int(seed))
             return json_response({"rules": [r.to_json() for r in state.faults.rules]})
     except (ValueError, TypeError) as exc:
         return json_response({"error": str(exc)}, 400)
@@ -68,6 +70,24 @@ async def compact(project: str, location: str, name: str, request: Request) -> R
         return json_response({"compactedResourceVersion": str(cluster.store.compacted_rv)})
 
 
+@router.post("/emulator/clusters/{project}/{location}/{name}/nodePools/{pool}/break")
+async def break_pool(project: str, location: str, name: str, pool: str, request: Request) -> Response:
+    """Body ``{"message": "..."}``: the pool goes to ERROR with that statusMessage (see break_node_pool)."""
+    state = emulator_state(request)
+    try:
+        body: Any = json.loads(await request.body() or b"{}")
+        message = str(body.get("message") or "node pool is in ERROR") if isinstance(body, dict) else ""
+        with state.lock:
+            cluster = state.cluster(project, location, name)
+            if cluster is None:
+                return json_response({"error": "no such cluster"}, 404)
+            return json_response(pool_json(state, cluster, break_node_pool(state, cluster, pool, message)))
+    except GoogleError as error:
+        return error.response()
+    except ValueError as exc:
+        return json_response({"error": str(exc)}, 400)
+
+
 def snapshot(state: EmulatorState) -> JSON:
     return {
         "clusters": [_cluster(c) for c in state.clusters.values()],
@@ -87,6 +107,7 @@ def snapshot(state: EmulatorState) -> JSON:
         "resourcePolicies": [p.to_json() for p in state.resource_policies.values()],
         "operations": [op.to_json() for op in state.operations.values() if op.status != "DONE"],
         "resourceVersion": str(state.versions.current),
+        "faultsInjected": dict(state.faults.injected),
     }
 
 
@@ -122,6 +143,9 @@ def _cluster(cluster: ClusterState) -> JSON:
             "nodePoolsDeleted": len(cluster.deleted),
             "created": _records(cluster.created),
             "deleted": _records(cluster.deleted),
+            "jobsCreated": sum(cluster.job_creations.values()),
+            "jobCreatesRefused": cluster.job_creates_refused,
+            "jobsCreatedMoreThanOnce": sorted(k for k, n in cluster.job_creations.items() if n > 1),
         },
         "objects": objects,
     }

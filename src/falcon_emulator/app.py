@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from falcon_emulator import admin_api, compute_api, gke_api, k8s_api
 from falcon_emulator.config import EmulatorConfig
+from falcon_emulator.fault_injection import FaultInjection
 from falcon_emulator.simulation import run_loop
 from falcon_emulator.state import EmulatorState
 from falcon_emulator.store import KubeStore
@@ -62,6 +63,7 @@ def create_app(config: EmulatorConfig, data_dir: Path) -> FastAPI:
         redoc_url=None,
     )
     app.state.emulator = state
+    app.add_middleware(FaultInjection, state=state)
     for module in (admin_api, compute_api, gke_api, k8s_api):
         app.include_router(module.router)
     return app

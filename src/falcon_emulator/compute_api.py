@@ -54,16 +54,16 @@ async def compute(path: str, request: Request) -> Response:
     try:
         body = await read_json(request) if request.method == "POST" else None
         with state.lock:
-            fault = state.faults.take(request.method, request.url.path)
-            if fault is not None:
-                raise GoogleError(fault.status, fault.message, fault.status_name)
             return json_response(_dispatch(state, request.method, path.split("/"), body))
     except GoogleError as error:
-        envelope = error.envelope()
-        envelope["error"]["errors"] = [
-            {"message": error.message, "domain": "global", "reason": _reason(error)}
-        ]
-        return json_response(envelope, error.code)
+        return compute_error_response(error)
+
+
+def compute_error_response(error: GoogleError) -> Response:
+    """Compute's envelope adds ``errors[]`` with a ``reason`` (notFound, rateLimitExceeded, ...)."""
+    envelope = error.envelope()
+    envelope["error"]["errors"] = [{"message": error.message, "domain": "global", "reason": _reason(error)}]
+    return json_response(envelope, error.code)
 
 
 def _dispatch(state: EmulatorState, method: str, parts: list[str], body: Any) -> JSON:

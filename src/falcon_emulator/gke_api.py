@@ -43,9 +43,6 @@ async def gke(path: str, request: Request) -> Response:
     try:
         body = await read_json(request) if request.method in ("POST", "PUT") else None
         with state.lock:
-            fault = state.faults.take(request.method, request.url.path)
-            if fault is not None:
-                raise GoogleError(fault.status, fault.message, fault.status_name)
             return json_response(_dispatch(state, request, path.split("/"), body))
     except GoogleError as error:
         return error.response()

@@ -63,9 +63,6 @@ async def kube(project: str, location: str, cluster: str, path: str, request: Re
     raw = await request.body()
     try:
         with state.lock:
-            fault = state.faults.take(request.method, request.url.path)
-            if fault is not None:
-                raise kube_error(fault.status, fault.message)
             target_cluster = state.cluster(project, location, cluster)
             if target_cluster is None:
                 raise kube_error(
@@ -159,10 +156,24 @@ def _create(cluster: ClusterState, target: Target, body: Any, params: QueryParam
     if params.get("dryRun"):
         obj.update(kind=rt.kind, apiVersion=rt.api_version)
         return json_response(obj, 201)
-    created = cluster.store.add(rt.plural, obj)
+    created = _add(cluster, rt, obj)
     if rt.plural == "namespaces":
         provision_namespace(cluster, created["metadata"]["name"])
     return json_response(created, 201)
+
+
+def _add(cluster: ClusterState, rt: ResourceType, obj: JSON) -> JSON:
+    """Store the object, counting Job creations accepted and refused (a name that already exists)."""
+    if rt.plural != "jobs":
+        return cluster.store.add(rt.plural, obj)
+    key = f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+    try:
+        created = cluster.store.add(rt.plural, obj)
+    except KubeError as error:
+        cluster.job_creates_refused += error.code == 409
+        raise
+    cluster.job_creations[key] += 1
+    return created
 
 
 _IMMUTABLE_META = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "resourceVersion")

@@ -294,6 +294,23 @@ def delete_node_pool(state: EmulatorState, cluster: ClusterState, name: str) -> 
     return op
 
 
+def break_node_pool(state: EmulatorState, cluster: ClusterState, name: str, message: str) -> NodePool:
+    """Put an existing pool in ERROR with ``message``, as GKE does on a stockout or a failed repair.
+
+    A create still running ends at once with that error on its operation (where GKE reports it),
+    so the pool never turns RUNNING afterwards."""
+    pool = cluster.node_pools.get(name)
+    if pool is None:
+        raise google_not_found(f"{cluster.path}/nodePools/{name}")
+    creating = state.active_operation(cluster)
+    if creating is not None and creating.op_type == "CREATE_NODE_POOL" and creating.pool == name:
+        creating.error = {"code": 2, "message": message}  # google.rpc.Code UNKNOWN
+        creating.status, creating.end = "DONE", rfc3339_micro()
+    pool.status, pool.status_message, pool.scale_up_at = "ERROR", message, None
+    pool.conditions = [{"code": "UNKNOWN", "message": message, "canonicalCode": "UNKNOWN"}]
+    return pool
+
+
 def advance_operations(state: EmulatorState, now: float) -> None:
     for op in list(state.operations.values()):
         if op.status == "DONE" or now < op.done_at:

@@ -10,6 +10,7 @@ import re
 import threading
 import time
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -250,6 +251,8 @@ class ClusterState:
         default_factory=dict
     )  # (ns, pod) -> container -> text
     unschedulable_since: dict[str, float] = field(default_factory=dict)  # pod uid -> last FailedScheduling
+    job_creations: Counter[str] = field(default_factory=Counter)  # "namespace/name" -> creations accepted
+    job_creates_refused: int = 0  # Job POSTs refused because the name already existed (409)
     next_ip: int = 2
     next_gc: float = 0.0  # monotonic time of the next event expiry sweep
 
