@@ -12,7 +12,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from falcon.bootstrap import services
-from falcon.domain.lifecycle import TaskEnded
+from falcon.domain.lifecycle import RunSuperseded, TaskEnded
 from falcon.services.lease import held_lease
 from falcon.tasks import (
     load_task,
@@ -20,6 +20,7 @@ from falcon.tasks import (
     provision_node_pool,
     record_outcome,
     release_task,
+    retried,
     submit_job,
     wait_node_pool_ready,
     wait_pods_running,
@@ -33,24 +34,27 @@ def task_lifecycle(task_id: str, lease_id: str = "") -> str:
     with held_lease(lease_id, svc.settings.slot_lease_seconds, svc.slots):
         try:
             started = svc.clock.now().isoformat()
-            view = load_task(task_id)
-            pool = provision_node_pool(view)
+            view = load_task(task_id, lease_id)
+            pool = retried(provision_node_pool, svc.settings.node_pool_retry)(view)
             logger.info("event=pool_chosen task_id=%s pool=%s", task_id, pool.name)
             wait_node_pool_ready(view, pool, started)
-            job = submit_job(view, pool.name)
+            job = retried(submit_job, svc.settings.job_retry)(view, pool.name)
             logger.info("event=job_submitted task_id=%s job=%s", task_id, job)
             running = wait_pods_running(view, job)
             mark_running(view, running)
             logger.info("event=running task_id=%s pods=%s", task_id, running)
             return "Running"
+        except RunSuperseded as superseded:
+            logger.info("event=run_superseded task_id=%s detail=%s", task_id, superseded)
+            return "Superseded"
         except TaskEnded as ended:
             logger.info("event=task_ended task_id=%s outcome=%s", task_id, ended)
             record_outcome(task_id, ended.outcome)
-            return release_task(task_id)
+            return retried(release_task, svc.settings.release_retry)(task_id)
 
 
 @flow(name="task-release", flow_run_name="release-{task_id}")
 def task_release(task_id: str) -> str:
-    status = release_task(task_id)
+    status = retried(release_task, services().settings.release_retry)(task_id)
     get_run_logger().info("event=released task_id=%s status=%s", task_id, status)
     return status

@@ -7,6 +7,7 @@ local Prefect server, emulator). Secrets never live here: GCP credentials come f
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
@@ -15,6 +16,19 @@ from pydantic import Field, computed_field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from falcon.domain.messages import Locale
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Backoff of one kind of call: ``tries`` attempts in all, the delays before the retries
+    doubling from ``base_seconds`` and held at ``cap_seconds`` (Prefect adds its jitter)."""
+
+    tries: int
+    base_seconds: float
+    cap_seconds: float
+
+    def delays(self) -> list[float]:
+        return [min(self.cap_seconds, self.base_seconds * 2**n) for n in range(self.tries - 1)]
 
 
 class Settings(BaseSettings):
@@ -44,6 +58,19 @@ class Settings(BaseSettings):
         default=30.0, gt=0, description="how often the dispatcher re-reads all waiting tasks (safety net)"
     )
 
+    # -- health and readiness of the dispatcher's process (Kubernetes probes)
+    health_port: int = Field(
+        default=0, ge=0, le=65535, description="serve GET /livez and /readyz on this port; 0 = off"
+    )
+    # A tick may legitimately wait out a few API timeouts (an unreachable cluster's Job list):
+    # liveness must not restart the process for that, only for a loop that stopped.
+    liveness_seconds: float = Field(
+        default=120.0, gt=0, description="/livez fails once the dispatcher loop has not ticked this long"
+    )
+    readiness_timeout_seconds: float = Field(
+        default=3.0, gt=0, description="each /readyz check (database, Prefect API) must answer within this"
+    )
+
     # -- queue slots (Prefect global concurrency limits)
     slot_lease_seconds: int = Field(default=300, ge=60, le=86400)
 
@@ -69,6 +96,35 @@ class Settings(BaseSettings):
     mount_grace_seconds: float = Field(
         default=300.0, gt=0, description="a pod failing a retryable volume mount this long ends its task"
     )
+
+    # -- retry backoff per kind of call (design Phase 2): the steps that make single calls are
+    #    retried by Prefect on TemporaryError; ``tries`` counts every attempt, the first included
+    #    (Prefect takes at most 50 retry delays), delays double from ``base`` up to ``cap``.
+    retry_node_pool_tries: int = Field(default=6, ge=1, le=51, description="provision: Compute reads, pool")
+    retry_node_pool_base_seconds: float = Field(default=2.0, ge=0)
+    retry_node_pool_cap_seconds: float = Field(default=60.0, ge=0)
+    retry_job_tries: int = Field(default=6, ge=1, le=51, description="submit: namespace, Service, Job")
+    retry_job_base_seconds: float = Field(default=2.0, ge=0)
+    retry_job_cap_seconds: float = Field(default=60.0, ge=0)
+    retry_release_tries: int = Field(default=6, ge=1, le=51, description="release: Job, pool, outcome")
+    retry_release_base_seconds: float = Field(default=2.0, ge=0)
+    retry_release_cap_seconds: float = Field(default=60.0, ge=0)
+
+    @property
+    def node_pool_retry(self) -> RetryPolicy:
+        return RetryPolicy(
+            self.retry_node_pool_tries, self.retry_node_pool_base_seconds, self.retry_node_pool_cap_seconds
+        )
+
+    @property
+    def job_retry(self) -> RetryPolicy:
+        return RetryPolicy(self.retry_job_tries, self.retry_job_base_seconds, self.retry_job_cap_seconds)
+
+    @property
+    def release_retry(self) -> RetryPolicy:
+        return RetryPolicy(
+            self.retry_release_tries, self.retry_release_base_seconds, self.retry_release_cap_seconds
+        )
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -79,6 +79,7 @@ def kubernetes_client(
     settings: Settings, credentials: Credentials, endpoint: str, ca_certificate_b64: str
 ) -> k8s.ApiClient:
     config = k8s.Configuration()
+    config.retries = 0  # urllib3 would repeat a reset or a timeout at once; Falcon's retries own the wait
     if settings.emulator_url:
         config.host = f"http://{endpoint}"
         return k8s.ApiClient(config)

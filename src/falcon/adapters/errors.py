@@ -9,11 +9,20 @@ from typing import Any
 import requests
 import urllib3
 from google.api_core import exceptions as gexc
+from google.auth import exceptions as gauth
 from kubernetes.client.exceptions import ApiException
 
-from falcon.domain.errors import ConflictError, NotFoundError, PermanentError, TemporaryError
+from falcon.domain.errors import (
+    ConflictError,
+    FalconError,
+    NotFoundError,
+    PermanentError,
+    TemporaryError,
+)
 
 _RETRYABLE_HTTP = {408, 429, 500, 502, 503, 504}
+# What the REST transports raise when the connection is reset, or the answer is cut short or too late.
+_BROKEN_CONNECTION = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
 # Phrases of a 429 that is a rate limit (retry) rather than an exhausted resource quota (final).
 _RATE_LIMIT = ("per minute", "per second", "per 100 seconds", "rate limit", "too many", "try again")
 # GKE's 400 FAILED_PRECONDITION while another operation runs on the cluster ("... is currently
@@ -66,8 +75,18 @@ def google_errors(what: str) -> Iterator[None]:
         if _is_temporary(exc, detail):
             raise TemporaryError(f"{what}: {detail}", delay=5 if exc.code == 400 else None) from exc
         raise PermanentError(f"{what}: {detail}") from exc
-    except (gexc.RetryError, requests.ConnectionError, requests.Timeout, TimeoutError) as exc:
+    except (gexc.RetryError, TimeoutError, *_BROKEN_CONNECTION) as exc:
         raise TemporaryError(f"{what}: {exc}") from exc
+    except gauth.GoogleAuthError as exc:
+        raise _auth_error(what, exc) from exc
+
+
+def _auth_error(what: str, exc: gauth.GoogleAuthError) -> FalconError:
+    """A token refresh that could not reach Google (or that Google calls retryable) is temporary;
+    refused credentials are final."""
+    if isinstance(exc, gauth.TransportError) or exc.retryable:
+        return TemporaryError(f"{what}: {exc}")
+    return PermanentError(f"{what}: {exc}")
 
 
 def _k8s_detail(exc: ApiException) -> str:
@@ -94,5 +113,7 @@ def kubernetes_errors(what: str) -> Iterator[None]:
         if exc.status in _RETRYABLE_HTTP or exc.status == 0:
             raise TemporaryError(detail) from exc
         raise PermanentError(detail) from exc
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
+    except (urllib3.exceptions.HTTPError, OSError) as exc:  # resets, timeouts, refused connections
         raise TemporaryError(f"{what}: {exc}") from exc
+    except gauth.GoogleAuthError as exc:  # the bearer token is refreshed inside the call
+        raise _auth_error(what, exc) from exc

@@ -1,7 +1,9 @@
 """GKE node pools through google-cloud-container (REST transport), mapped to Falcon's errors.
 
 The only module that talks to the GKE API. In emulator mode the same calls go to the local
-emulator; nothing here knows the difference.
+emulator; nothing here knows the difference. Calls pass ``retry=None``: the client's default
+retry repeats a 503 inside one call for 20 s, while Falcon classifies the error at once and the
+step that owns the wait retries it (Prefect's retries, or the polling loop).
 """
 
 from __future__ import annotations
@@ -35,13 +37,13 @@ class GkeNodePools:
 
     def endpoint(self, cluster: Cluster) -> ClusterEndpoint:
         with google_errors(f"get cluster {cluster.name}"):
-            found = self._client.get_cluster(name=cluster_path(cluster), timeout=self._timeout)
+            found = self._client.get_cluster(name=cluster_path(cluster), retry=None, timeout=self._timeout)
         return ClusterEndpoint(found.endpoint, found.master_auth.cluster_ca_certificate)
 
     def get(self, cluster: Cluster, name: str) -> PoolStatus:
         with google_errors(f"get node pool {name}"):
             pool = self._client.get_node_pool(
-                name=f"{cluster_path(cluster)}/nodePools/{name}", timeout=self._timeout
+                name=f"{cluster_path(cluster)}/nodePools/{name}", retry=None, timeout=self._timeout
             )
         texts = [pool.status_message, *(c.message for c in pool.conditions)]
         detail = "; ".join(dict.fromkeys(t for t in texts if t))  # GKE often repeats one text in both
@@ -49,14 +51,16 @@ class GkeNodePools:
 
     def list_names(self, cluster: Cluster) -> list[str]:
         with google_errors(f"list node pools of {cluster.name}"):
-            found = self._client.list_node_pools(parent=cluster_path(cluster), timeout=self._timeout)
+            found = self._client.list_node_pools(
+                parent=cluster_path(cluster), retry=None, timeout=self._timeout
+            )
         return [p.name for p in found.node_pools]
 
     def create(self, cluster: Cluster, plan: NodePoolPlan) -> str:
         """Start creating the pool; returns the operation name. ConflictError if it exists."""
         with google_errors(f"create node pool {plan.name}"):
             op = self._client.create_node_pool(
-                parent=cluster_path(cluster), node_pool=to_node_pool(plan), timeout=self._timeout
+                parent=cluster_path(cluster), node_pool=to_node_pool(plan), retry=None, timeout=self._timeout
             )
         return str(op.name)
 
@@ -64,7 +68,7 @@ class GkeNodePools:
         """Start deleting the pool; returns the operation name. NotFoundError if it is gone."""
         with google_errors(f"delete node pool {name}"):
             op = self._client.delete_node_pool(
-                name=f"{cluster_path(cluster)}/nodePools/{name}", timeout=self._timeout
+                name=f"{cluster_path(cluster)}/nodePools/{name}", retry=None, timeout=self._timeout
             )
         return str(op.name)
 
@@ -76,7 +80,7 @@ class GkeNodePools:
         parent = f"projects/{cluster.project}/locations/{cluster.location}"
         target = f"/clusters/{cluster.name}/nodePools/{pool_name}"
         with google_errors(f"list operations of {cluster.name}"):
-            found = self._client.list_operations(parent=parent, timeout=self._timeout)
+            found = self._client.list_operations(parent=parent, retry=None, timeout=self._timeout)
         errors = [
             error
             for op in found.operations

@@ -109,6 +109,12 @@ class TaskEnded(Exception):
         self.outcome = outcome
 
 
+class RunSuperseded(Exception):
+    """This lifecycle run is not its task's current attempt: the task moved on, or the dispatcher
+    replaced the attempt (with a new queue-slot lease) while this run was slow to start. Such a
+    run must change nothing."""
+
+
 @dataclass(frozen=True)
 class Progress:
     """Falcon's progress row of one task."""

@@ -6,9 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from falcon.domain.errors import PermanentError
-from falcon.domain.lifecycle import TaskEnded, TaskView, aborted
+from falcon.domain.lifecycle import Phase, RunSuperseded, TaskEnded, TaskView, aborted
 from falcon.domain.messages import Messages
-from falcon.domain.model import Task, TaskSpec
+from falcon.domain.model import Cluster, Task, TaskSpec
 from falcon.domain.scheduling import keep_pool_after_task
 from falcon.domain.status import Status
 from falcon.domain.topology import resolve_shape
@@ -52,9 +52,23 @@ class Services:
         return task
 
 
+def load_attempt(services: Services, task_id: str, lease_id: str) -> TaskView:
+    """load_view for the lifecycle run given ``lease_id``; RunSuperseded unless the task is still
+    acquiring under that lease (each attempt is recorded with its lease before its run starts)."""
+    task, cluster, progress = services.store.task_view_rows(task_id)
+    if progress is None or progress.phase is not Phase.ACQUIRING or (progress.lease_id or "") != lease_id:
+        phase = progress.phase.value if progress else "none"
+        raise RunSuperseded(f"task {task_id} is in phase {phase}, not acquiring under lease {lease_id!r}")
+    return _view(task_id, task, cluster)
+
+
 def load_view(services: Services, task_id: str) -> TaskView:
     """The task, its spec, slice shape and cluster: read once per lifecycle run."""
     task, cluster, _ = services.store.task_view_rows(task_id)
+    return _view(task_id, task, cluster)
+
+
+def _view(task_id: str, task: Task | None, cluster: Cluster | None) -> TaskView:
     if task is None or task.cluster_id is None:
         raise PermanentError(f"task {task_id} is not queued on any cluster")
     if cluster is None:

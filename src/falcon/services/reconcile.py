@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime
 
 from falcon.domain.errors import FalconError, NotFoundError
@@ -31,6 +32,7 @@ from falcon.domain.status import TERMINAL, Reason, Status
 from falcon.domain.workloads import JobState
 from falcon.services.acquisition import cannot_start
 from falcon.services.context import Services
+from falcon.services.ports import ClusterJobs
 from falcon.services.release import record_outcome
 
 Clusters = dict[str, Cluster]
@@ -140,7 +142,9 @@ def supervise_runs(services: Services) -> list[str]:
 
 
 def _restart_acquire(services: Services, p: Progress) -> None:
-    lease, slots = p.lease_id, services.slots
+    """A new attempt: its lease and number are recorded before its run starts (the run checks it
+    is the recorded attempt), and only while the task still acquires; this read may be stale."""
+    lease, slots, store = p.lease_id, services.slots, services.store
     if p.acquire_run_id is not None and p.queue is not None:  # its run died: take the slot anew
         if lease:
             slots.release(lease)
@@ -148,8 +152,12 @@ def _restart_acquire(services: Services, p: Progress) -> None:
         if lease is None:
             return  # still held; repair_slots or the lease expiry frees it
     attempt = p.attempt + (1 if p.acquire_run_id else 0)
+    if not store.set_acquire_run(p.task_id, "", services.clock.now(), lease_id=lease, attempt=attempt):
+        if lease and lease != p.lease_id:
+            slots.release(lease)
+        return  # the task moved on since it was read
     run = services.launcher.start_acquire(p.task_id, lease or "", attempt)
-    services.store.set_acquire_run(p.task_id, run, services.clock.now(), lease_id=lease, attempt=attempt)
+    store.set_acquire_run(p.task_id, run, services.clock.now())
 
 
 def reap_idle_pools(services: Services, clusters: Clusters, waiting: dict[QueueKey, int]) -> list[str]:
@@ -216,18 +224,46 @@ def delete_orphan_services(services: Services, clusters: Clusters) -> list[str]:
 
     Release deletes a task's Service; this catches one left by a release that lost the race with
     a crash, or by a lost database, as delete_orphan_pools does for pools."""
+    return _delete_orphans(
+        services,
+        clusters,
+        lambda jobs, namespace: [(s.name, s.task_id) for s in jobs.falcon_services(namespace)],
+        lambda jobs, namespace, name: jobs.delete_service(namespace, name),
+    )
+
+
+def delete_orphan_jobs(services: Services, clusters: Clusters) -> list[str]:
+    """Delete Falcon's Jobs whose task is terminal or unknown here.
+
+    Release deletes a task's Job; one can appear again afterwards when a create the client had
+    given up on (a response slower than its timeout) reaches the API server late."""
+    selector = f"managed-by={MANAGED_BY}"
+    return _delete_orphans(
+        services,
+        clusters,
+        lambda jobs, namespace: [(j.name, j.task_id) for j in jobs.list_jobs(namespace, selector)],
+        lambda jobs, namespace, name: jobs.delete_job(namespace, name),
+    )
+
+
+def _delete_orphans(
+    services: Services,
+    clusters: Clusters,
+    list_named: Callable[[ClusterJobs, str], list[tuple[str, str | None]]],
+    delete: Callable[[ClusterJobs, str, str], None],
+) -> list[str]:
     orphans = []
     for cluster in clusters.values():
         gateway = services.jobs(cluster)
         try:
-            found = gateway.falcon_services(cluster.namespace)
+            found = list_named(gateway, cluster.namespace)
         except FalconError:
             continue
-        tasks = services.store.tasks(s.task_id for s in found if s.task_id)
-        for service in found:
-            task = tasks.get(service.task_id or "")
+        tasks = services.store.tasks(task_id for _, task_id in found if task_id)
+        for name, task_id in found:
+            task = tasks.get(task_id or "")
             if task is None or task.status in TERMINAL:
                 with contextlib.suppress(FalconError):
-                    gateway.delete_service(cluster.namespace, service.name)
-                orphans.append(service.name)
+                    delete(gateway, cluster.namespace, name)
+                orphans.append(name)
     return orphans

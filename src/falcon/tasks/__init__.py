@@ -1,27 +1,32 @@
 """Prefect tasks: one service step each.
 
 Each wait has one owner. Steps that make single calls (provision, submit, release) are retried
-by Prefect on TemporaryError (429, 5xx, GKE busy), with exponential backoff and jitter, and
-never for anything else. Steps that poll (pool ready, pods running) own their waits in a loop
-on the clock port until their deadline, so Prefect does not retry them on top.
+by Prefect on TemporaryError (429, 5xx, resets, timeouts, GKE busy), with exponential backoff
+and jitter configured per kind of call (``retried`` with a ``RetryPolicy`` of the settings),
+and never for anything else. Steps that poll (pool ready, pods running) own their waits in a
+loop on the clock port until their deadline, so Prefect does not retry them on top.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
-from prefect import task
+from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
-from prefect.runtime import task_run
-from prefect.tasks import exponential_backoff
+from prefect.context import TaskRunContext
 
 from falcon.bootstrap import services
 from falcon.domain.errors import TemporaryError
 from falcon.domain.lifecycle import Outcome, Phase, TaskView
 from falcon.services import acquisition, release
 from falcon.services.acquisition import PoolChoice
-from falcon.services.context import load_view
+from falcon.services.context import load_attempt
+from falcon.settings import RetryPolicy
+
+P = ParamSpec("P")
+R = TypeVar("R")
+JITTER = 0.5  # Prefect's clamped-Poisson jitter: each delay varies by up to half of it
 
 
 def retry_on_temporary(_task: Any, _run: Any, state: Any) -> bool:
@@ -35,30 +40,34 @@ def retry_on_temporary(_task: Any, _run: Any, state: Any) -> bool:
     return False
 
 
-RETRIES = 5
-_RETRIED: dict[str, Any] = {
-    "retries": RETRIES,
-    "retry_delay_seconds": exponential_backoff(2),
-    "retry_jitter_factor": 0.5,
-    "retry_condition_fn": retry_on_temporary,
-    "cache_policy": NO_CACHE,
-}
+def retried(step: Task[P, R], policy: RetryPolicy) -> Task[P, R]:
+    """``step`` retried on TemporaryError as ``policy`` says. Prefect reads retry options from the
+    task object, so the flows apply the settings per call instead of at import."""
+    return step.with_options(
+        retries=policy.tries - 1,
+        retry_delay_seconds=policy.delays(),
+        retry_jitter_factor=JITTER,
+        retry_condition_fn=retry_on_temporary,
+    )
+
+
 _ONCE: dict[str, Any] = {"cache_policy": NO_CACHE}
 
 
 @task(name="load-task", **_ONCE)
-def load_task(task_id: str) -> TaskView:
-    return load_view(services(), task_id)
+def load_task(task_id: str, lease_id: str) -> TaskView:
+    return load_attempt(services(), task_id, lease_id)
 
 
-@task(name="provision-node-pool", **_RETRIED)
+@task(name="provision-node-pool", **_ONCE)
 def provision_node_pool(view: TaskView) -> PoolChoice:
     return acquisition.provision(services(), view, final_attempt=_final_attempt())
 
 
 def _final_attempt() -> bool:
     """True on the last run Prefect will make of the current task (retries exhausted after it)."""
-    return int(task_run.run_count) > RETRIES
+    context = TaskRunContext.get()
+    return context is not None and context.task_run.run_count > context.task.retries
 
 
 @task(name="wait-node-pool-ready", **_ONCE)
@@ -66,7 +75,7 @@ def wait_node_pool_ready(view: TaskView, choice: PoolChoice, started_iso: str) -
     acquisition.wait_pool_ready(services(), view, choice, datetime.fromisoformat(started_iso))
 
 
-@task(name="submit-job", **_RETRIED)
+@task(name="submit-job", **_ONCE)
 def submit_job(view: TaskView, pool: str) -> str:
     return acquisition.dispatch(services(), view, pool)
 
@@ -88,6 +97,6 @@ def record_outcome(task_id: str, outcome: Outcome) -> bool:
     )
 
 
-@task(name="release-task", **_RETRIED)
+@task(name="release-task", **_ONCE)
 def release_task(task_id: str) -> str:
     return release.release(services(), task_id).status.value

@@ -1,0 +1,101 @@
+"""A task survives the faults GKE, Compute and Kubernetes throw at it: about 30 % of all their calls
+failing (GKE 503, Compute 429, apiserver 500), connection resets, and a node-pool create and a Job
+create answered only after the client gave up (the server still carried them out). It still reaches
+Succeeded, with one node pool created and one Job created. A fault that outlasts the configured
+tries ends the task instead of the run.
+
+SQLite only: the database plays no part in classifying and retrying API errors."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import replace
+from typing import Any
+
+import httpx
+import pytest
+
+from falcon.adapters.db import repository as repo
+from falcon.domain.model import Task
+from falcon.domain.status import Reason, Status
+from falcon.services.context import Services
+from falcon.settings import get_settings
+from falcon_emulator.server import EmulatorServer
+from tests.integration.harness import Driver, db, emulator_counters, submit
+from tests.integration.test_failures import provision_run_counts
+
+pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+
+TIMEOUT = 0.5  # FALCON_API_TIMEOUT_SECONDS; a slow answer below comes after 1 s
+FAULTS: list[dict[str, Any]] = [
+    {"method": "POST", "pathRegex": "/nodePools$", "delaySeconds": 1.0, "times": 1},
+    {"method": "POST", "pathRegex": "/jobs$", "delaySeconds": 1.0, "times": 1},
+    {"pathRegex": "^/k8s/", "action": "reset", "times": 2},
+    {"pathRegex": "^/compute/", "action": "reset", "times": 1},
+    {"pathRegex": "^/v1/", "status": 503, "probability": 0.3},
+    {"pathRegex": "^/compute/", "status": 429, "message": "Rate Limit Exceeded", "probability": 0.3},
+    {"pathRegex": "^/k8s/", "status": 500, "message": "etcdserver: request timed out", "probability": 0.3},
+]
+
+
+def under_faults(services: Services, monkeypatch: pytest.MonkeyPatch, tries: int = 12) -> Services:
+    """Services (and the flow runs, which read the environment) with a short client timeout and
+    quick retries: 12 tries leave a 30 % fault rate no real chance to exhaust them."""
+    env = {"FALCON_API_TIMEOUT_SECONDS": str(TIMEOUT)}
+    for kind in ("NODE_POOL", "JOB", "RELEASE"):
+        env |= {f"FALCON_RETRY_{kind}_TRIES": str(tries), f"FALCON_RETRY_{kind}_BASE_SECONDS": "0.05"}
+        env[f"FALCON_RETRY_{kind}_CAP_SECONDS"] = "0.2"
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+    return replace(services, settings=get_settings())
+
+
+def task_row(services: Services, task_id: str) -> Task:
+    with db(services) as s:
+        task = repo.get_task(s, task_id)
+    assert task is not None
+    return task
+
+
+def test_a_task_succeeds_through_api_faults_without_duplicates(
+    services: Services, db_url: str, emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    driver = Driver(under_faults(services, monkeypatch))
+    rules = [{"times": None, **rule} for rule in FAULTS]  # the probable ones hit any number of calls
+    httpx.post(f"{emulator.url}/emulator/faults", json={"rules": rules, "seed": 8}).raise_for_status()
+    submit(db_url, "t-faults", "alice", "2x2", run_seconds=0.5)
+
+    driver.run_until_done(["t-faults"], seconds=60)
+
+    assert task_row(services, "t-faults").status is Status.SUCCEEDED, driver.history
+    counters = emulator_counters(emulator)
+    assert (counters["nodePoolsCreated"], counters["jobsCreated"]) == (1, 1)
+    assert counters["jobCreatesRefused"] == 1  # the retry of the Job create that was answered too late
+    injected = httpx.get(f"{emulator.url}/emulator/state").json()["faultsInjected"]
+    assert {"delay", "reset", "503", "429", "500"} <= injected.keys(), injected
+
+
+def test_a_reset_outlasting_the_configured_tries_ends_the_task_node_pool_failed(
+    services: Services, db_url: str, emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FALCON_RETRY_NODE_POOL_TRIES reaches the provision task's Prefect retries: it runs 3 times,
+    and its last run ends the task with the error's text instead of crashing the flow run."""
+    task_id = f"t-reset-{uuid.uuid4().hex[:8]}"  # its flow run's name is unique in the Prefect server
+    driver = Driver(under_faults(services, monkeypatch, tries=3))
+    reset = {"pathRegex": "^/compute/", "action": "reset", "times": None}
+    httpx.post(f"{emulator.url}/emulator/faults", json={"rules": [reset]}).raise_for_status()
+    submit(db_url, task_id, "alice", "2x2")
+
+    driver.run_until_done([task_id], seconds=60)
+
+    task = task_row(services, task_id)
+    assert (task.status, task.reason) == (Status.FAILED, Reason.NODE_POOL_FAILED)
+    assert task.message.startswith("Node pool creation failed: get reservation res-a in proj-a/us-east5-b: ")
+    assert "Connection aborted." in task.message
+    deadline = time.monotonic() + 10  # Prefect records a task run's last state from its events
+    while provision_run_counts(f"acquire-{task_id}") != [3] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert provision_run_counts(f"acquire-{task_id}") == [3]
+    assert emulator_counters(emulator)["nodePoolsCreated"] == 0

@@ -1,0 +1,63 @@
+"""Restarting dead lifecycle runs without ever letting two attempts act (found by the chaos run:
+a restart decided on a stale read started a run for a task that had meanwhile run and ended,
+and that run submitted its Job a second time)."""
+
+from __future__ import annotations
+
+import pytest
+from tests.unit.fakes import acquiring, running
+
+from falcon.domain.lifecycle import Phase, RunSuperseded
+from falcon.services import acquisition, reconcile
+from falcon.services.context import Services, load_attempt
+
+
+def test_the_recorded_attempt_loads_its_task(svc: Services) -> None:
+    acquiring(svc, "t1")
+    lease = svc.store.progress["t1"].lease_id  # type: ignore[attr-defined]
+    assert load_attempt(svc, "t1", lease).task.id == "t1"
+
+
+def test_a_run_holding_another_lease_is_superseded(svc: Services) -> None:
+    acquiring(svc, "t1")
+    with pytest.raises(RunSuperseded, match="not acquiring under lease 'lease-old'"):
+        load_attempt(svc, "t1", "lease-old")
+
+
+def test_a_run_for_a_task_that_moved_on_is_superseded(svc: Services) -> None:
+    running(svc, "t1")
+    with pytest.raises(RunSuperseded, match="phase running"):
+        load_attempt(svc, "t1", "")
+
+
+def test_a_restart_decided_on_a_stale_read_starts_nothing_and_gives_its_lease_back(svc: Services) -> None:
+    acquiring(svc, "t1")
+    stale = svc.store.progress_in([Phase.ACQUIRING])[0]  # read while t1 still acquired ...
+    view = load_attempt(svc, "t1", stale.lease_id or "")
+    choice = acquisition.provision(svc, view)
+    acquisition.wait_pool_ready(svc, view, choice, svc.clock.now())
+    job = acquisition.dispatch(svc, view, choice.name)
+    acquisition.mark_running(svc, view, acquisition.wait_pods_running(svc, view, job))  # ... then it ran
+    launched = list(svc.launcher.acquires)  # type: ignore[attr-defined]
+    reconcile._restart_acquire(svc, stale)
+    assert svc.launcher.acquires == launched  # type: ignore[attr-defined]
+    assert svc.slots.leases == {}  # type: ignore[attr-defined]
+    assert svc.store.progress["t1"].phase is Phase.RUNNING  # type: ignore[attr-defined]
+
+
+def test_a_restarted_attempt_is_recorded_before_its_run_starts(svc: Services) -> None:
+    acquiring(svc, "t1")
+    recorded = []
+    launcher = svc.launcher
+    original = launcher.start_acquire
+
+    def start(task_id: str, lease_id: str, attempt: int) -> str:
+        progress = svc.store.progress[task_id]  # type: ignore[attr-defined]
+        recorded.append((progress.lease_id, progress.attempt))
+        return original(task_id, lease_id, attempt)
+
+    launcher.start_acquire = start  # type: ignore[method-assign]
+    assert reconcile.supervise_runs(svc) == ["t1"]  # its run-1 is not alive
+    (_, lease, attempt) = svc.launcher.acquires[-1]  # type: ignore[attr-defined]
+    assert recorded == [(lease, attempt)] and attempt == 2
+    assert load_attempt(svc, "t1", lease).task.id == "t1"
