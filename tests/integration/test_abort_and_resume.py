@@ -1,96 +1,21 @@
-"""Abort in every phase (design §8) and resumption after a run dies (no duplicate pool or Job).
-
-Each abort ends Aborted with aborted_at and finished_at set, the Job (and a multi-host task's
-headless Service) deleted and the node pool deleted (nothing waits in its queue), whatever phase
-the task was in.
-"""
+"""Resumption after a lifecycle or release run dies (no duplicate pool, Job or deletion), and a
+lifecycle run made again after it finished. Aborts in every phase are in test_abort_phases.py."""
 
 from __future__ import annotations
 
 import time
 
 import httpx
-import pytest
 
 from falcon.adapters.db import repository as repo
 from falcon.domain.lifecycle import Phase, PoolState
-from falcon.domain.status import Reason, Status
+from falcon.domain.status import Status
 from falcon.services.acquisition import provision
 from falcon.services.context import Services, load_view
+from falcon.services.release import delete_job
 from falcon_emulator.server import EmulatorServer
-from tests.integration.harness import CLUSTER, EMULATOR, Driver, db, emulator_counters, request_abort, submit
+from tests.integration.harness import CLUSTER, Driver, db, emulator_counters, inject_fault, submit
 from tests.integration.launcher import InProcessLauncher
-
-
-def assert_aborted_and_clean(services: Services, emulator: EmulatorServer, task_id: str) -> None:
-    with db(services) as s:
-        task = repo.get_task(s, task_id)
-        progress = repo.get_progress(s, task_id)
-        pool = repo.get_pool(s, CLUSTER.id, task.node_pool_name) if task and task.node_pool_name else None
-    assert task is not None and task.status is Status.ABORTED and task.reason is None
-    assert task.aborted_at is not None and task.finished_at is not None
-    assert task.message == "Aborted by user"
-    assert progress is not None and progress.phase == Phase.DONE
-    if pool is not None:
-        assert pool.state == PoolState.DELETED
-    cluster_api = f"{emulator.url}/k8s/proj-a/us-east5/edge-a"
-    for listed in ("apis/batch/v1/namespaces/falcon-jobs/jobs", "api/v1/namespaces/falcon-jobs/services"):
-        items = httpx.get(f"{cluster_api}/{listed}").json().get("items", [])
-        assert all(i["metadata"]["annotations"].get("falcon.dev/task-id") != task_id for i in items)
-
-
-def test_abort_while_waiting_removes_the_task_from_its_queue(
-    services: Services, db_url: str, emulator: EmulatorServer
-) -> None:
-    driver = Driver(services)
-    submit(db_url, "t-holder", "alice", "2x2", image="trainer:missing", timeout=3)
-    submit(db_url, "t-waiting", "bob", "2x2")
-    driver.run_until(lambda t: t["t-waiting"].reason is Reason.WAITING)
-    request_abort(services, "t-waiting")
-    driver.run_until_done(["t-holder", "t-waiting"])
-    assert_aborted_and_clean(services, emulator, "t-waiting")
-    assert ("Pending", "Waiting") in driver.history["t-waiting"]
-    assert driver.history["t-waiting"][-1] == ("Aborted", "")
-
-
-@pytest.mark.parametrize("emulator_config", [{**EMULATOR, "nodePoolProvisionSeconds": 3.0}])
-def test_abort_while_provisioning_waits_for_the_pool_and_deletes_it(
-    services: Services, db_url: str, emulator: EmulatorServer
-) -> None:
-    driver = Driver(services)
-    submit(db_url, "t-prov", "alice", "4x4")
-    # Aborted once GKE accepted the create (an abort before it creates nothing: see the unit tier).
-    driver.run_until(
-        lambda t: (
-            t["t-prov"].reason is Reason.PROVISIONING and emulator_counters(emulator)["nodePoolsCreated"] == 1
-        )
-    )
-    request_abort(services, "t-prov")
-    driver.run_until_done(["t-prov"])
-    assert_aborted_and_clean(services, emulator, "t-prov")
-    assert emulator_counters(emulator)["nodePoolsDeleted"] == 1
-
-
-def test_abort_while_pods_are_pending_deletes_the_job_its_service_and_the_pool(
-    services: Services, db_url: str, emulator: EmulatorServer
-) -> None:
-    driver = Driver(services)
-    submit(db_url, "t-disp", "alice", "2x4", image="trainer:missing")  # pulls within its grace
-    driver.run_until(lambda t: t["t-disp"].k8s_job_name is not None)
-    request_abort(services, "t-disp")
-    driver.run_until_done(["t-disp"])
-    assert_aborted_and_clean(services, emulator, "t-disp")
-
-
-def test_abort_while_running_deletes_the_job_and_the_pool(
-    services: Services, db_url: str, emulator: EmulatorServer
-) -> None:
-    driver = Driver(services)
-    submit(db_url, "t-run", "alice", "2x2", run_seconds=600)
-    driver.run_until(lambda t: t["t-run"].status is Status.RUNNING)
-    request_abort(services, "t-run")
-    driver.run_until_done(["t-run"])
-    assert_aborted_and_clean(services, emulator, "t-run")
 
 
 class DyingFirstAttempt(InProcessLauncher):
@@ -143,10 +68,53 @@ def test_running_the_lifecycle_again_after_it_finished_changes_nothing(
     driver.run_until(lambda t: t["t-twice"].status is Status.RUNNING)
     with db(services) as s:
         before = repo.get_task(s, "t-twice")
-    assert task_lifecycle(task_id="t-twice", lease_id="") == "Running"
+    assert task_lifecycle(task_id="t-twice", lease_id="") == "Superseded"
     with db(services) as s:
         after = repo.get_task(s, "t-twice")
     assert after == before
     assert emulator_counters(emulator)["nodePoolsCreated"] == 1
     jobs = httpx.get(f"{emulator.url}/k8s/proj-a/us-east5/edge-a/apis/batch/v1/namespaces/falcon-jobs/jobs")
     assert len(jobs.json()["items"]) == 1
+
+
+class DyingFirstRelease(InProcessLauncher):
+    """The first release run of each task deletes the Job and asks GKE to delete the pool, then
+    its process 'dies'. From then on any other DELETE of a Falcon pool is answered 403, so a
+    second deletion request would show in the task's Message."""
+
+    def __init__(self, services: Services, emulator: EmulatorServer) -> None:
+        super().__init__()
+        self.services, self.emulator = services, emulator
+        self.died: list[str] = []
+
+    def start_release(self, task_id: str, attempt: int) -> str:
+        if self.died:
+            return super().start_release(task_id, attempt)
+        svc = self.services
+        with db(svc) as s:
+            task = repo.get_task(s, task_id)
+        assert task is not None and task.k8s_job_name and task.node_pool_name
+        delete_job(svc, CLUSTER, task.k8s_job_name)
+        assert svc.store.start_deleting_pool(CLUSTER.id, task.node_pool_name, task_id, svc.clock.now())
+        svc.node_pools.delete(CLUSTER, task.node_pool_name)
+        inject_fault(self.emulator, "DELETE", r"/nodePools/falcon-", 403, "a second deletion request")
+        self.died.append(task_id)
+        return f"dead-release-{task_id}"
+
+
+def test_a_release_run_that_dies_mid_deletion_is_restarted_and_asks_gke_once(
+    services: Services, db_url: str, emulator: EmulatorServer
+) -> None:
+    launcher = DyingFirstRelease(services, emulator)
+    driver = Driver(services, launcher)
+    submit(db_url, "t-rel", "alice", "2x2")
+    driver.run_until_done(["t-rel"])
+    assert launcher.died == ["t-rel"]
+    with db(services) as s:
+        task, progress = repo.get_task(s, "t-rel"), repo.get_progress(s, "t-rel")
+        pool = repo.get_pool(s, CLUSTER.id, task.node_pool_name or "") if task else None
+    assert task is not None and (task.status, task.message) == (Status.SUCCEEDED, "")
+    assert progress is not None and progress.phase is Phase.DONE
+    assert progress.release_run_id == "release-t-rel-1"  # the restarted run wrote the outcome
+    assert pool is not None and pool.state is PoolState.DELETED
+    assert emulator_counters(emulator)["nodePoolsDeleted"] == 1

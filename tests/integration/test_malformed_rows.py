@@ -51,6 +51,8 @@ BAD_ROWS: dict[str, tuple[dict[str, str | None], list[str]]] = {
     "tpu-type-null": ({"tpu_type": None}, ["tpu_type"]),
     "timeout-text": ({"timeout_seconds": "soon"}, ["timeout_seconds", "soon"]),
     "timeout-negative": ({"timeout_seconds": "-5"}, ["timeout_seconds"]),
+    "timeout-superscript": ({"timeout_seconds": "²"}, ["timeout_seconds"]),  # isdigit(), yet not int()
+    "timeout-huge": ({"timeout_seconds": "9" * 16}, ["timeout_seconds"]),  # beyond 30 days
     "unknown-topology": ({"spec": '{"image": "i", "command": ["x"], "topology": "3x3"}'}, ["3x3"]),
     "unknown-tpu-type": ({"tpu_type": "v9z"}, ["v9z"]),
 }

@@ -2,9 +2,11 @@
 
 We test: waiting (Aborted at the next tick); acquiring (TaskEnded(Aborted) from provision,
 wait_pool_ready and wait_pods_running, then a release that ends Aborted and gives the pool
-back); running (follow_running moves it to releasing with Aborted); releasing (write_outcome
-turns the recorded outcome into Aborted). Then follow_running's other endings: Job complete,
-Job failed, Job vanished, timeout from dispatched_at; and what it leaves alone.
+back; a pool GKE is still creating is waited for and kept for a waiting task, one that never
+reached GKE or broke is deleted); running (follow_running moves it to releasing with Aborted);
+releasing (write_outcome turns the recorded outcome into Aborted). Then follow_running's other
+endings: Job complete, Job failed, Job vanished (while running, and while its pods start),
+timeout from dispatched_at; and what it leaves alone.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from tests.unit.fakes import (
     clusters_of,
     idle_pool,
     k8s_of,
+    queued,
     running,
     spec_for,
 )
 
 from falcon.domain.errors import TemporaryError
 from falcon.domain.lifecycle import Outcome, Phase, PoolState, TaskEnded, succeeded
-from falcon.domain.model import ProvisioningMode, TaskSpec, k8s_job_name_for, node_pool_name_for
+from falcon.domain.model import ProvisioningMode, QueueKey, TaskSpec, k8s_job_name_for, node_pool_name_for
 from falcon.domain.node_pools import ReservationRef
 from falcon.domain.scheduling import ReservationCapacity
 from falcon.domain.status import Reason, Status
@@ -146,6 +149,49 @@ def test_abort_at_the_pool_decision_does_not_leave_the_pool_record_held(svc: Ser
     assert pool is None or pool.state in (PoolState.DELETING, PoolState.DELETED), pool
 
 
+def test_abort_while_gke_creates_the_pool_waits_for_it_and_keeps_it_for_the_waiter(svc: Services) -> None:
+    """Design §8, abort while provisioning: wait for the create to finish, then check reuse."""
+    view = acquiring(svc, "t1")
+    choice = provision(svc, view)
+    svc.node_pools.script(POOL, polls_to_ready=3)
+    svc.node_pools.create(view.cluster, choice.plan)  # GKE accepted the create
+    queued(svc, "t2")
+    svc.store.request_abort("t1")
+    with pytest.raises(TaskEnded) as ended:
+        wait_pool_ready(svc, view, choice, svc.clock.now())
+    assert end_acquisition(svc, "t1", ended.value).status is Status.ABORTED
+    assert_aborted(svc, "t1")
+    assert svc.store.pool("c1", POOL).state is PoolState.IDLE
+    assert svc.node_pools.count("get", POOL) == 4 and svc.node_pools.count("delete") == 0
+    svc.store.start_acquiring("t2", QueueKey("c1", "2x2"), "bob", "lease-2", "picked", svc.clock.now())
+    assert provision(svc, load_view(svc, "t2")).name == POOL
+
+
+@pytest.mark.parametrize(
+    "gke",
+    [
+        pytest.param({}, id="create never reached GKE"),
+        pytest.param({"error": "GCE_STOCKOUT: no capacity"}, id="pool went to ERROR"),
+    ],
+)
+def test_abort_while_provisioning_deletes_a_pool_that_cannot_be_handed_on(
+    svc: Services, gke: dict[str, str]
+) -> None:
+    view = acquiring(svc, "t1")
+    choice = provision(svc, view)
+    if gke:
+        svc.node_pools.script(POOL, **gke)
+        svc.node_pools.create(view.cluster, choice.plan)
+    queued(svc, "t2")
+    svc.store.request_abort("t1")
+    with pytest.raises(TaskEnded) as ended:
+        wait_pool_ready(svc, view, choice, svc.clock.now())
+    assert end_acquisition(svc, "t1", ended.value).message == "Aborted by user"
+    assert_aborted(svc, "t1")
+    assert svc.store.pool("c1", POOL).state is PoolState.DELETED
+    assert svc.node_pools.pools == {}
+
+
 def test_abort_while_claiming_an_idle_pool_does_not_leave_it_held(svc: Services) -> None:
     """Same race on the reuse path: the idle pool is claimed, the row refuses the pool's name."""
     svc.store.add_pool(idle_pool("falcon-kept", "2x2", "c1", svc.clock.now()))
@@ -250,6 +296,23 @@ def test_vanished_job_fails_the_task(svc: Services) -> None:
     assert svc.store.progress["t1"].outcome == Outcome(
         Status.FAILED, Reason.JOB_FAILED, f"Kubernetes Job {JOB} disappeared from the cluster"
     )
+
+
+def test_job_deleted_while_its_pods_start_fails_the_task_and_is_not_submitted_again(svc: Services) -> None:
+    view = acquiring(svc, "t1")
+    choice = provision(svc, view)
+    wait_pool_ready(svc, view, choice, svc.clock.now())
+    k8s_of(svc).script(JOB, never_running=True)
+    dispatch(svc, view, choice.name)
+    del k8s_of(svc).jobs[("falcon-jobs", JOB)]
+    with pytest.raises(TaskEnded) as ended:
+        wait_pods_running(svc, load_view(svc, "t1"), JOB)
+    assert ended.value.outcome == Outcome(
+        Status.FAILED, Reason.JOB_FAILED, f"Kubernetes Job {JOB} disappeared from the cluster"
+    )
+    assert end_acquisition(svc, "t1", ended.value).reason is Reason.JOB_FAILED
+    assert k8s_of(svc).count("create_job") == 1
+    assert svc.store.pool("c1", POOL).state is PoolState.DELETED
 
 
 def test_running_task_times_out_from_dispatched_at(svc: Services) -> None:

@@ -3,8 +3,10 @@
 We test: a ready pool is kept (idle) when a task of the same queue waits and no idle pool is
 there for it; deleted when nobody waits, when an idle pool already waits for the waiter, or when
 it never became ready; a deletion GKE refuses is appended to the Message and left for the
-janitor; the Job and a multi-host Service are deleted; reaping deletes an idle pool past its
-grace, keeps one with waiters until 10x grace, and confirms deletions GKE finished.
+janitor, refusals are retried with doubling waits, and a release restarted after GKE accepted
+the deletion waits for it without asking again; the Job and a multi-host Service are deleted;
+reaping deletes an idle pool past its grace, keeps one with waiters until 10x grace, and
+confirms deletions GKE finished.
 """
 
 from __future__ import annotations
@@ -146,6 +148,29 @@ def test_gke_busy_while_deleting_is_waited_out(svc: Services) -> None:
     assert release(svc, "t1").message == ""
     assert svc.store.pool("c1", POOL).state is PoolState.DELETED
     assert svc.node_pools.count("delete") == 4
+
+
+def test_deletion_refusals_are_retried_with_doubling_waits_up_to_a_cap(svc: Services) -> None:
+    running(svc, "t1")
+    succeed(svc)
+    svc.node_pools.fail_delete(TemporaryError("503 backend error"), times=7)
+    assert release(svc, "t1").message == ""
+    assert svc.clock.sleeps[:7] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert svc.store.pool("c1", POOL).state is PoolState.DELETED
+
+
+def test_a_release_restarted_after_gke_accepted_the_deletion_does_not_ask_again(svc: Services) -> None:
+    """The first release run died after GKE accepted the delete: the next one waits for it."""
+    svc.node_pools.script(POOL, polls_to_delete=2)
+    view = running(svc, "t1")
+    succeed(svc)
+    assert svc.store.start_deleting_pool("c1", POOL, "t1", svc.clock.now())
+    svc.node_pools.delete(view.cluster, POOL)  # ... and the first run dies here
+    outcome = release(svc, "t1")
+    assert (outcome.status, outcome.message) == (Status.SUCCEEDED, "")
+    assert svc.node_pools.count("delete") == 1
+    assert svc.store.pool("c1", POOL).state is PoolState.DELETED
+    assert svc.store.task("t1").status is Status.SUCCEEDED
 
 
 def test_multi_host_release_deletes_the_service(svc: Services) -> None:

@@ -316,12 +316,14 @@ def wait_pods_running(services: Services, view: TaskView, job_name: str) -> int:
 
     One poll is one read of the row (abort and timeout together) and the Job's calls; the
     Message is written only when it changed. Pods that can never start end the task
-    (JobFailed), timeout or not: the slot is not held for a Job the cluster will not run."""
+    (JobFailed), timeout or not: the slot is not held for a Job the cluster will not run. A Job
+    deleted by someone else ends it too, as it does once running: it is not submitted again."""
     namespace, total = view.cluster.namespace, view.shape.nodes
-    jobs, clock, written = services.jobs(view.cluster), services.clock, None
+    clock, written = services.clock, None
     while True:
         task = services.ensure_active(view.task.id)
         try:
+            jobs = services.jobs(view.cluster)  # the cluster's client may still need GKE to find it
             job = jobs.get_job(namespace, job_name)
             pods = jobs.job_pods(namespace, job_name)
             running = sum(1 for p in pods if p.phase == "Running")
@@ -329,6 +331,10 @@ def wait_pods_running(services: Services, view: TaskView, job_name: str) -> int:
         except TemporaryError:
             clock.sleep(services.settings.poll_seconds)
             continue
+        except NotFoundError as exc:
+            raise TaskEnded(
+                failed(services.say, Reason.JOB_FAILED, MessageKey.JOB_VANISHED, job=job_name)
+            ) from exc
         if job.failed_condition:
             detail = "; ".join(p.describe() for p in pods if p.terminated) or job.failed_condition
             raise TaskEnded(failed(services.say, Reason.JOB_FAILED, MessageKey.JOB_FAILED, detail=detail))

@@ -25,6 +25,8 @@ from falcon.domain.status import Reason, Status
 from falcon.domain.topology import resolve_shape
 from falcon.services.context import Services
 
+MAX_DELETE_RETRY_WAIT = 30.0  # seconds: the longest wait between deletion attempts GKE refused
+
 
 def record_outcome(
     services: Services,
@@ -63,7 +65,7 @@ def release(services: Services, task_id: str) -> Outcome:
             delete_service(services, cluster, service_name_for(k8s_job_name_for(task_id)))
         pool = task.node_pool_name or _held_pool(services, cluster, task_id)
         if pool and progress.queue:
-            pool_error = keep_or_delete_pool(services, cluster, pool, progress.queue, task_id)
+            pool_error = keep_or_delete_pool(services, cluster, pool, progress.queue, task_id, outcome)
     if pool_error:
         text = services.say(MessageKey.NODE_POOL_DELETE_FAILED, message=outcome.message, detail=pool_error)
         outcome = outcome.with_message(text)
@@ -96,16 +98,20 @@ def delete_service(services: Services, cluster: Cluster, name: str) -> None:
 
 
 def keep_or_delete_pool(
-    services: Services, cluster: Cluster, pool: str, queue: QueueKey, task_id: str
+    services: Services, cluster: Cluster, pool: str, queue: QueueKey, task_id: str, outcome: Outcome
 ) -> str | None:
     """Hand the pool to the queue's next task, or delete it; returns a deletion error, if any.
 
     Only a pool that became ready (in_use) is kept: one still creating, or broken, would hand
-    its failure to the next task."""
-    store, now = services.store, services.clock.now()
-    if services.keep_pool(store.waiting_count(queue), store.idle_count(queue)) and store.keep_pool(
-        cluster.id, pool, task_id, now
-    ):
+    its failure to the next task. An aborted task's pool that GKE is still creating is waited
+    for first (design §8, abort while provisioning: wait for the create, then check reuse), so
+    the waiting task does not create the same slice again; a failed task's pool is not."""
+    store = services.store
+    keep = services.keep_pool(store.waiting_count(queue), store.idle_count(queue))
+    if keep and outcome.status is Status.ABORTED:
+        _wait_until_created(services, cluster, pool, task_id)
+    now = services.clock.now()
+    if keep and store.keep_pool(cluster.id, pool, task_id, now):
         return None
     if not store.start_deleting_pool(cluster.id, pool, task_id, now):
         current = store.pool(cluster.id, pool)
@@ -114,26 +120,55 @@ def keep_or_delete_pool(
     return delete_pool(services, cluster, pool)
 
 
-def delete_pool(services: Services, cluster: Cluster, pool: str) -> str | None:
-    """Delete and wait until GKE no longer knows the pool; this loop owns GKE's busy answers."""
-    clock, gke = services.clock, services.node_pools
+def _wait_until_created(services: Services, cluster: Cluster, pool: str, task_id: str) -> None:
+    """Poll GKE until the task's pool being created is ready (then recorded in use), broken or
+    gone, or the node-pool deadline passes; a pool in any other state is left as it is."""
+    record = services.store.pool(cluster.id, pool)
+    if record is None or record.state is not PoolState.CREATING or record.holder_task_id != task_id:
+        return
+    clock = services.clock
     deadline = clock.now() + timedelta(seconds=services.settings.node_pool_timeout_seconds)
-    last_error, requested = None, False
     while clock.now() < deadline:
         try:
-            if not requested:
+            status = services.node_pools.get(cluster, pool)
+        except TemporaryError:
+            status = None
+        except FalconError:
+            return  # never created (aborted before the call) or unreadable: it is deleted instead
+        if status is not None and status.ready:
+            services.store.pool_ready(cluster.id, pool, clock.now())
+            return
+        if status is not None and status.broken:
+            return
+        clock.sleep(services.settings.poll_seconds)
+
+
+def delete_pool(services: Services, cluster: Cluster, pool: str) -> str | None:
+    """Delete and wait until GKE no longer knows the pool; this loop owns GKE's busy answers.
+
+    It looks before it asks: a pool GKE is deleting already (an earlier attempt of this release
+    asked, then its run died) is waited for, never asked for again. Each error in a row doubles
+    the wait before the next try, up to ``MAX_DELETE_RETRY_WAIT``."""
+    clock, gke, poll = services.clock, services.node_pools, services.settings.poll_seconds
+    deadline = clock.now() + timedelta(seconds=services.settings.node_pool_timeout_seconds)
+    last_error, wait = None, poll
+    while clock.now() < deadline:
+        try:
+            if gke.get(cluster, pool).status != "STOPPING":
                 gke.delete(cluster, pool)
-                requested = True
-            gke.get(cluster, pool)
         except NotFoundError:
             services.store.pool_deleted(cluster.id, pool, clock.now())
             return None
         except TemporaryError as exc:
             last_error = str(exc)
+            clock.sleep(wait)
+            wait = min(wait * 2, max(poll, MAX_DELETE_RETRY_WAIT))
+            continue
         except FalconError as exc:
             last_error = str(exc)
             break
-        clock.sleep(services.settings.poll_seconds)
+        wait = poll
+        clock.sleep(poll)
     last_error = last_error or "timed out"
     services.store.pool_delete_failed(cluster.id, pool, last_error, clock.now())
     return last_error
