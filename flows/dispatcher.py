@@ -3,35 +3,88 @@
 Deployed with concurrency 1 (CANCEL_NEW) so two runs never tick at once; the next scheduled
 run takes over when this one ends. Looping inside one run, rather than one run per tick,
 is what keeps pickup latency under a second (a run start costs seconds).
+
+SIGTERM (Prefect cancelling the run, a worker or Kubernetes shutting down) stops the loop at the
+next tick boundary; the process serves Kubernetes probes on ``FALCON_HEALTH_PORT`` if set.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+
 from prefect import flow, get_run_logger
 
+from falcon.adapters.health import database_check, prefect_check, serving_health
 from falcon.bootstrap import services
-from falcon.services.dispatching import Dispatcher
+from falcon.services.dispatching import Dispatcher, DispatcherLoop
+from falcon.services.health import readiness
+from falcon.settings import Settings
+
+_Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 
 @flow(name="dispatcher")
 def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = None) -> int:
     svc = services()
-    logger, clock = get_run_logger(), svc.clock
-    loop = Dispatcher(svc)
-    period = tick_seconds or svc.settings.tick_seconds
-    deadline = clock.monotonic() + (run_seconds or svc.settings.dispatcher_run_seconds)
-    ticks = 0
+    settings = svc.settings
+    work = Dispatcher(svc)
+    loop = DispatcherLoop(work.tick, svc.clock, tick_seconds or settings.tick_seconds, get_run_logger())
     try:
-        while (started := clock.monotonic()) < deadline:
-            try:
-                report = loop.tick()
-                if report:
-                    logger.info("event=tick %s", report)
-            except Exception:
-                logger.exception("event=tick_failed")
-                clock.sleep(min(5.0, period * 4))
-            ticks += 1
-            clock.sleep(max(0.0, started + period - clock.monotonic()))  # a tick starts every period
+        with sigterm_stops(loop.stop), health_probes(settings, loop):
+            ticks = loop.run(run_seconds or settings.dispatcher_run_seconds)
     finally:
-        loop.close()
+        work.close()  # launches under way finish before the run ends
     return ticks
+
+
+@contextmanager
+def health_probes(settings: Settings, loop: DispatcherLoop) -> Iterator[None]:
+    """``/livez`` from the loop's last tick, ``/readyz`` from the database and the Prefect API,
+    served for the block when ``FALCON_HEALTH_PORT`` is set."""
+    if not settings.health_port:
+        yield
+        return
+    checks = {
+        "database": database_check(settings.resolved_database_url, settings.readiness_timeout_seconds),
+        "prefect": prefect_check(settings.readiness_timeout_seconds),
+    }
+    with serving_health(
+        settings.health_port, lambda: loop.liveness(settings.liveness_seconds), lambda: readiness(checks)
+    ):
+        yield
+
+
+@contextmanager
+def sigterm_stops(stop: threading.Event) -> Iterator[None]:
+    """Within the block SIGTERM only sets ``stop``, so the loop finishes its tick instead of being
+    interrupted mid-write. Once the block is over, a SIGTERM received goes on to the handler it
+    displaced: Prefect's ends the run Cancelled or Crashed as it decides; the default ends the
+    process. Signals reach only the main thread; elsewhere (a flow run in a thread) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[FrameType | None] = []
+
+    def note(_signum: int, frame: FrameType | None) -> None:
+        received.append(frame)
+        stop.set()
+
+    displaced = signal.signal(signal.SIGTERM, note)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, displaced)
+    if received:
+        _pass_on(displaced, received[0])
+
+
+def _pass_on(handler: _Handler, frame: FrameType | None) -> None:
+    if callable(handler):
+        handler(signal.SIGTERM, frame)
+    elif handler in (signal.SIG_DFL, None):
+        os.kill(os.getpid(), signal.SIGTERM)

@@ -34,7 +34,7 @@ from falcon.domain.lifecycle import (
 from falcon.domain.messages import Locale
 from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey, Task
 from falcon.domain.node_pools import NodePoolPlan, PoolStatus, ReservationRef
-from falcon.domain.scheduling import ReservationCapacity, WaitingTask
+from falcon.domain.scheduling import ReservationCapacity, WaitingTask, pick_next
 from falcon.domain.status import Reason, Status, check_transition
 from falcon.domain.workloads import ClusterEvent, FalconService, JobState, PodState
 from falcon.services import acquisition
@@ -339,7 +339,10 @@ class MemoryTaskStore:
         self.calls.append(("queue_task", task_id))
         with self._tx():
             values = {"cluster_id": queue.cluster_id, "message": ""}
-            if not self._write_task(task_id, [Status.PENDING], values, Status.PENDING, Reason.WAITING):
+            untaken = task_id in self.rows and self.rows[task_id].reason is None
+            if not untaken or not self._write_task(
+                task_id, [Status.PENDING], values, Status.PENDING, Reason.WAITING
+            ):
                 return False
             check_phase_move(None, Phase.WAITING)
             if task_id in self.progress:
@@ -377,8 +380,12 @@ class MemoryTaskStore:
         self.calls.append(("start_acquiring", task_id))
         with self._tx():
             waiting = task_id in self.rows and self.rows[task_id].reason is Reason.WAITING
-            if not waiting or not self._write_task(
-                task_id, [Status.PENDING], {"message": message}, Status.PENDING, Reason.PROVISIONING
+            if (
+                not waiting
+                or self._next_in_queue(queue) != task_id
+                or not self._write_task(
+                    task_id, [Status.PENDING], {"message": message}, Status.PENDING, Reason.PROVISIONING
+                )
             ):
                 return None
             row = self.progress.get(task_id)
@@ -387,6 +394,16 @@ class MemoryTaskStore:
             self._move_progress(task_id, [Phase.WAITING], Phase.ACQUIRING, values)
             self.rotation[queue] = actor
             return attempt
+
+    def _next_in_queue(self, queue: QueueKey) -> str | None:
+        """The pick rule over this store's own waiting tasks and rotation, as the SQL store decides."""
+        waiting = [
+            WaitingTask(t.id, t.actor, t.name, t.created_at)
+            for t in self.rows.values()
+            if (p := self.progress.get(t.id)) and p.phase is Phase.WAITING and p.queue == queue
+        ]
+        chosen = pick_next(waiting, self.rotation.get(queue))
+        return chosen.task_id if chosen else None
 
     def set_acquire_run(
         self,
@@ -559,6 +576,7 @@ class PoolScript:
     error: str | None = None  # ERROR with this detail instead of becoming ready
     never_ready: bool = False
     operation_error: str | None = None  # the failed create operation's text (stockout, quota)
+    polls_to_delete: int = 0  # get() answers STOPPING this many times after the delete, then 404
 
 
 @dataclass
@@ -566,6 +584,7 @@ class _GkePool:
     plan: NodePoolPlan | None
     script: PoolScript
     polls: int = 0
+    stopping: int | None = None  # STOPPING answers left once GKE accepted its deletion
 
 
 class FakeNodePools:
@@ -618,6 +637,8 @@ class FakeNodePools:
         pool = self.pools.get((cluster.id, name))
         if pool is None:
             raise NotFoundError(f"node pool {name} not found")
+        if pool.stopping is not None:
+            return self._stopping(cluster, name, pool)
         pool.polls += 1
         if pool.script.error is not None:
             return PoolStatus(name, "ERROR", pool.script.error)
@@ -633,10 +654,23 @@ class FakeNodePools:
         self.calls.append(("delete", name))
         if self.delete_failures:
             raise self.delete_failures.popleft()
-        if (cluster.id, name) not in self.pools:
+        pool = self.pools.get((cluster.id, name))
+        if pool is None:
             raise NotFoundError(f"node pool {name} not found")
-        del self.pools[(cluster.id, name)]
+        if pool.stopping is not None:  # GKE runs one operation at a time: its own deletion is one
+            raise TemporaryError(f"an operation is currently deleting node pool {name}")
+        if pool.script.polls_to_delete:
+            pool.stopping = pool.script.polls_to_delete
+        else:
+            del self.pools[(cluster.id, name)]
         return f"operation-delete-{name}"
+
+    def _stopping(self, cluster: Cluster, name: str, pool: _GkePool) -> PoolStatus:
+        if pool.stopping == 0:
+            del self.pools[(cluster.id, name)]
+            raise NotFoundError(f"node pool {name} not found")
+        pool.stopping = (pool.stopping or 0) - 1
+        return PoolStatus(name, "STOPPING", "")
 
     def create_error(self, cluster: Cluster, pool_name: str) -> str | None:
         pool = self.pools.get((cluster.id, pool_name))

@@ -6,23 +6,29 @@ first; a refused Job ends JobSubmitFailed. Polling pods: the Message is written 
 changes; all pods running returns; a Failed condition ends JobFailed quoting the pods; an image
 pull failing beyond its grace ends JobFailed, within it does not; FailedCreate ends at once;
 the timeout runs from dispatched_at, pending pods included; mark_running frees the row.
+
+And the dispatcher itself when two run at once (a rollout overlap): a stale book or a claim lost
+mid-tick never picks a task twice; and its loop: a tick every period until the run is over,
+a back-off after a failed tick, a stop (SIGTERM) honoured at the tick boundary, liveness.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from datetime import timedelta
 
 import pytest
-from tests.unit.fakes import acquiring, cluster, k8s_of, make_services
+from tests.unit.fakes import FakeClock, acquiring, cluster, k8s_of, make_services, one_cluster, spec_for
 
 from falcon.domain.errors import PermanentError
 from falcon.domain.lifecycle import Phase, TaskEnded, TaskView
-from falcon.domain.model import k8s_job_name_for
+from falcon.domain.model import QueueKey, k8s_job_name_for
 from falcon.domain.status import Reason, Status
 from falcon.domain.workloads import ClusterEvent
 from falcon.services.acquisition import dispatch, mark_running, provision, wait_pods_running, wait_pool_ready
 from falcon.services.context import Services, load_view
+from falcon.services.dispatching import Dispatcher, DispatcherLoop, TickReport
 
 JOB = k8s_job_name_for("t1")
 
@@ -239,9 +245,135 @@ def test_pods_running_before_the_deadline_do_not_time_out() -> None:
     assert wait_pods_running(svc, load_view(svc, "t1"), JOB) == 1
 
 
+def finish_acquiring(svc: Services, task_id: str) -> None:
+    """What the task's lifecycle run does once its pods run: Running, then the slot goes back."""
+    lease = svc.store.progress[task_id].lease_id
+    assert svc.store.mark_running(task_id, "running", svc.clock.now())
+    svc.slots.release(lease)
+
+
 def test_mark_running_moves_row_and_phase_and_drops_the_lease() -> None:
     svc, view = dispatched()
     mark_running(svc, view, 1)
     task, progress = svc.store.task("t1"), svc.store.progress["t1"]
     assert (task.status, task.reason, task.message) == (Status.RUNNING, None, "Pods running (1/1 active)")
     assert (progress.phase, progress.lease_id) == (Phase.RUNNING, None)
+
+
+# -- two dispatchers on one database (a rollout overlap) ---------------------------------------------
+
+
+def test_a_stale_book_never_picks_a_task_twice() -> None:
+    """The second dispatcher still has the first's pick in its book when the slot comes free:
+    the store refuses the claim, the slot goes back, the book is read again and the next task
+    goes by the rule."""
+    svc = one_cluster()
+    first, second = Dispatcher(svc), Dispatcher(svc)
+    for task_id, actor in [("a1", "alice"), ("a2", "alice"), ("b1", "bob")]:
+        svc.clock.advance(1)
+        svc.store.insert_task(task_id, actor=actor, spec=spec_for("2x2"))
+    slot = QueueKey("c1", "2x2").slot_name
+    svc.slots.ensure_limit(slot)
+    other = svc.slots.try_acquire(slot, 300)
+    assert second.tick().queued == ["a1", "a2", "b1"]  # taken in, but the slot is busy
+    svc.slots.release(other)
+    assert first.tick().picked == ["a1"]
+    finish_acquiring(svc, "a1")
+
+    refused = second.tick()
+    assert refused.picked == [] and svc.slots.holder(slot) is None
+    assert [task for task, _, _ in svc.launcher.acquires] == ["a1"]
+    assert second.tick().picked == ["b1"]  # re-read: alice went last
+    assert svc.store.progress["a1"].attempt == 1
+
+
+def test_a_claim_lost_mid_tick_to_the_other_dispatcher_gives_the_slot_back() -> None:
+    """Both books propose the same task; the other dispatcher claims it while this one takes the
+    slot (its lifecycle run frees the slot at once): one claim, one launch."""
+    svc = one_cluster()
+    first, second = Dispatcher(svc), Dispatcher(svc)
+    for task_id in ("a1", "a2"):
+        svc.clock.advance(1)
+        svc.store.insert_task(task_id, spec=spec_for("2x2"))
+    slot = QueueKey("c1", "2x2").slot_name
+    svc.slots.ensure_limit(slot)
+    other = svc.slots.try_acquire(slot, 300)
+    first.tick()
+    second.tick()  # both books hold a1 and a2; neither could pick
+    svc.slots.release(other)
+
+    def other_dispatcher_wins(_name: str) -> None:
+        svc.slots.on_acquire.clear()
+        assert second.tick().picked == ["a1"]
+        finish_acquiring(svc, "a1")
+
+    svc.slots.on_acquire.append(other_dispatcher_wins)
+    assert first.tick().picked == []
+    assert svc.slots.holder(slot) is None
+    assert [task for task, _, _ in svc.launcher.acquires] == ["a1"]
+    assert first.tick().picked == ["a2"]
+
+
+# -- the dispatcher loop: period, deadline, SIGTERM's stop, liveness ---------------------------------
+
+
+def looping(
+    ticks: list[float], fail_at: frozenset[int] = frozenset(), stop_at: int = 0
+) -> tuple[DispatcherLoop, FakeClock]:
+    """A loop on a fake clock whose ticks take 0.2 s and note their start in ``ticks``; tick number
+    ``fail_at`` raises, tick number ``stop_at`` ends with a stop as the SIGTERM handler sets it."""
+    clock = FakeClock()
+
+    def tick() -> TickReport:
+        ticks.append(clock.monotonic())
+        clock.advance(0.2)
+        if len(ticks) in fail_at:
+            raise OSError("database unreachable")
+        if len(ticks) == stop_at:
+            loop.stop.set()
+        return TickReport()
+
+    loop = DispatcherLoop(tick, clock, 0.5, logging.getLogger(__name__), wait=clock.sleep)
+    return loop, clock
+
+
+def test_a_tick_starts_every_period_until_the_run_is_over() -> None:
+    ticks: list[float] = []
+    loop, clock = looping(ticks)
+    assert loop.run(2.0) == 4
+    assert ticks == [0.0, 0.5, 1.0, 1.5]
+    assert clock.sleeps == [pytest.approx(0.3)] * 4
+
+
+def test_a_failed_tick_backs_off_and_the_loop_goes_on() -> None:
+    ticks: list[float] = []
+    loop, _ = looping(ticks, fail_at=frozenset({1}))
+    assert loop.run(3.0) == 3
+    # the failed tick takes 0.2 s, then 4 periods of back-off; the next starts at once, then on time
+    assert ticks == [0.0, pytest.approx(2.2), pytest.approx(2.7)]
+
+
+def test_stop_during_a_tick_finishes_that_tick_and_waits_no_more() -> None:
+    ticks: list[float] = []
+    loop, clock = looping(ticks, stop_at=3)
+    assert loop.run(3600) == 3
+    assert len(clock.sleeps) == 2  # no wait after the third tick: the loop returns at once
+
+
+def test_stop_before_the_first_tick_runs_none() -> None:
+    ticks: list[float] = []
+    loop, _ = looping(ticks)
+    loop.stop.set()
+    assert loop.run(3600) == 0 and ticks == []
+
+
+def test_liveness_follows_the_last_tick() -> None:
+    ticks: list[float] = []
+    loop, clock = looping(ticks)
+    assert loop.liveness(15).healthy  # started, no tick yet
+    loop.run(1.0)
+    clock.advance(15 - 0.3)  # 15 s after the last tick ended
+    assert loop.liveness(15).healthy
+    clock.advance(0.1)
+    verdict = loop.liveness(15)
+    assert not verdict.healthy and verdict.checks == {"loop": "no tick for 15.1 s (bound 15 s)"}

@@ -8,12 +8,13 @@ also repairs a limit whose count drifted from what the database says (``reset``)
 
 from __future__ import annotations
 
+import contextlib
 from uuid import UUID
 
 import httpx
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
-from prefect.exceptions import ObjectNotFound
+from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 
 from falcon.domain.errors import PermanentError
 
@@ -27,7 +28,8 @@ def ensure_limit(name: str) -> None:
                     name, GlobalConcurrencyLimitUpdate(limit=1, active=True)
                 )
         except ObjectNotFound:
-            client.upsert_global_concurrency_limit_by_name(name, limit=1)
+            with contextlib.suppress(ObjectAlreadyExists):  # another dispatcher made it first
+                client.upsert_global_concurrency_limit_by_name(name, limit=1)
 
 
 def try_acquire(name: str, lease_seconds: int) -> str | None:

@@ -8,6 +8,7 @@ stops on a bad row.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -15,7 +16,9 @@ from dataclasses import dataclass, field
 from falcon.domain.model import QueueKey
 from falcon.services import reconcile
 from falcon.services.context import Services
+from falcon.services.health import Verdict, liveness
 from falcon.services.intake import take_in
+from falcon.services.ports import Clock
 from falcon.services.queueing import Pick, QueueBook, schedule
 
 logger = logging.getLogger(__name__)
@@ -136,8 +139,11 @@ class Dispatcher:
         report.started = reconcile.supervise_runs(svc)
         report.reaped = reconcile.reap_idle_pools(svc, clusters, self.book.counts())
         if self._orphan_scan.due(svc.clock.monotonic()):
-            pools = reconcile.delete_orphan_pools(svc, clusters)
-            report.orphans = pools + reconcile.delete_orphan_services(svc, clusters)
+            report.orphans = [
+                *reconcile.delete_orphan_pools(svc, clusters),
+                *reconcile.delete_orphan_jobs(svc, clusters),
+                *reconcile.delete_orphan_services(svc, clusters),
+            ]
 
 
 def _quietly(step: Callable[[Pick], None], pick: Pick) -> None:
@@ -145,3 +151,53 @@ def _quietly(step: Callable[[Pick], None], pick: Pick) -> None:
         step(pick)
     except Exception:  # one failed launch must not stop the others
         logger.exception("event=launch_failed task_id=%s", pick.task_id)
+
+
+class DispatcherLoop:
+    """Ticks every ``period`` until ``run_seconds`` have passed or ``stop`` is set.
+
+    ``stop`` (set on SIGTERM) is honoured between ticks only: the tick under way finishes, so it
+    leaves nothing half-done beyond what any crash would (a pick without its run, a run mid-step:
+    supervise_runs restarts both), and the wait for the next tick is cut short. Each tick's end
+    is noted for liveness, failed ticks included: a failing tick is the database's trouble,
+    which readiness reports; only a loop that stops ticking is wedged.
+    """
+
+    def __init__(
+        self,
+        tick: Callable[[], TickReport],
+        clock: Clock,
+        period: float,
+        log: logging.Logger | logging.LoggerAdapter[logging.Logger],
+        wait: Callable[[float], object] | None = None,
+    ) -> None:
+        self._tick, self._clock, self._period, self._log = tick, clock, period, log
+        self.stop = threading.Event()
+        self._wait = wait or self.stop.wait  # real time: a stop ends the wait at once
+        self.last_tick = clock.monotonic()
+
+    def run(self, run_seconds: float) -> int:
+        """Loop; returns the number of ticks run."""
+        deadline = self._clock.monotonic() + run_seconds
+        ticks = 0
+        while not self.stop.is_set() and (started := self._clock.monotonic()) < deadline:
+            pause = max(0.0, started + self._period - self._timed_tick())  # a tick starts every period
+            ticks += 1
+            if not self.stop.is_set():
+                self._wait(pause)
+        return ticks
+
+    def liveness(self, bound: float) -> Verdict:
+        return liveness(self.last_tick, self._clock.monotonic(), bound)
+
+    def _timed_tick(self) -> float:
+        """One tick, its failure logged and followed by a back-off; returns when it ended."""
+        try:
+            report = self._tick()
+            if report:
+                self._log.info("event=tick %s", report)
+        except Exception:
+            self._log.exception("event=tick_failed")
+            self._wait(min(5.0, self._period * 4))
+        self.last_tick = self._clock.monotonic()
+        return self.last_tick

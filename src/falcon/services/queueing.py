@@ -8,6 +8,11 @@ every ``queue_refresh_seconds`` as a safety net.
 One pass runs in kueue's order: the snapshot is already read (and its transaction over); the
 picks are decided purely; then each pick's slot is taken, and only then is the pick recorded,
 in a short write of its own. No transaction is open while Prefect is called.
+
+Two dispatchers may run at once (a rollout overlap, a second ``falcon local`` on one database).
+The book then only proposes: the store records a pick only if the task still waits and is the
+queue's next by the database's own waiting tasks and rotation, under the queue's slot; a refused
+pick frees the slot and makes the book reload, so every task is picked once and in rule order.
 """
 
 from __future__ import annotations
@@ -111,7 +116,10 @@ def schedule(
             slots.release(lease_id)  # the pick was not recorded: nobody may hold its slot
             raise
         if attempt is None:
-            slots.release(lease_id)  # aborted between the snapshot and now; the abort pass ends it
+            # Aborted since the snapshot, picked already, or not next by the database's own
+            # waiting tasks: another dispatcher was at work, the book is stale; read it again.
+            slots.release(lease_id)
+            book.loaded = False
             continue
         result.picks.append(Pick(task.task_id, queue, lease_id, attempt))
         book.last_actor[queue] = task.actor

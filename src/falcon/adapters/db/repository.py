@@ -34,7 +34,7 @@ from falcon.domain.lifecycle import (
     check_phase_move,
 )
 from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey, Task
-from falcon.domain.scheduling import WaitingTask
+from falcon.domain.scheduling import WaitingTask, pick_next
 from falcon.domain.status import Reason, Status, check_transition
 
 # -- clusters -----------------------------------------------------------------------------------
@@ -151,8 +151,9 @@ def _json(value: object, problems: list[str]) -> Any:
 def _optional_int(value: object, column: str, problems: list[str]) -> int | None:
     if value is None or (isinstance(value, int) and not isinstance(value, bool)):
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)  # an upstream table that keeps numbers as text
+    digits = value.strip().lstrip("-") if isinstance(value, str) else ""
+    if digits.isascii() and digits.isdigit() and len(digits) <= 18:  # not "²", nor 5,000 digits
+        return int(str(value))  # an upstream table that keeps numbers as text
     problems.append(f"{column} is {_shown(value)}, an integer is required")
     return None
 
@@ -239,10 +240,10 @@ def _write_task(
     values: dict[Any, Any],
     status: Status | None = None,
     reason: Reason | None = _KEEP,
-    expect_reason: Reason | None = None,
+    expect_reason: Reason | None = _KEEP,
 ) -> bool:
-    """Compare-and-set on the row's status (and ``expect_reason``, if given); True if the row was
-    in one of ``expect`` and changed.
+    """Compare-and-set on the row's status (and ``expect_reason``, if given: None for a row upstream
+    inserted that nobody has taken in); True if the row was in one of ``expect`` and changed.
 
     A status or reason written is checked against the state machine first (design §9): an
     illegal write is a bug in Falcon and raises before it reaches the row."""
@@ -255,8 +256,10 @@ def _write_task(
         values[JobRow.reason] = reason.value if reason else None
     values[JobRow.updated_at] = now
     query = sa.update(JobRow).where(JobRow.id == task_id, JobRow.status.in_([s.value for s in expect]))
-    if expect_reason is not None:
-        query = query.where(JobRow.reason == expect_reason.value)
+    if expect_reason is not _KEEP:
+        query = query.where(
+            JobRow.reason == expect_reason.value if expect_reason else JobRow.reason.is_(None)
+        )
     result = session.execute(query.values(values).execution_options(synchronize_session=False))
     return bool(getattr(result, "rowcount", 0))
 
@@ -305,9 +308,14 @@ def finish(session: Session, task_id: str, outcome: Outcome, expect: Sequence[St
 
 
 def queue_task(session: Session, task_id: str, queue: QueueKey, now: datetime) -> bool:
-    """Intake: the row waits in ``queue`` (Pending/Waiting on its cluster) with a progress row."""
+    """Intake: the row waits in ``queue`` (Pending/Waiting on its cluster) with a progress row.
+
+    Only a row nobody has taken in (reason NULL) moves: of two dispatchers reading the same new
+    row, the second finds it taken and writes nothing, whatever the first did with it since."""
     values: dict[Any, Any] = {JobRow.cluster_id: queue.cluster_id, JobRow.message: ""}
-    if not _write_task(session, task_id, [Status.PENDING], now, values, Status.PENDING, Reason.WAITING):
+    if not _write_task(
+        session, task_id, [Status.PENDING], now, values, Status.PENDING, Reason.WAITING, expect_reason=None
+    ):
         return False
     check_phase_move(None, Phase.WAITING)
     session.add(
@@ -328,7 +336,15 @@ def start_acquiring(
 ) -> int | None:
     """The dispatcher picked the waiting task and holds its queue's slot: Pending/Provisioning,
     phase acquiring with the lease and a new attempt, and the queue's rotation. Returns the
-    attempt; None if the task is no longer waiting (aborted, or picked already)."""
+    attempt; None if the task is no longer waiting (aborted, or picked already) or is not the
+    queue's next by the pick rule over the database's waiting tasks and rotation.
+
+    The dispatcher chose from its in-memory book, which another dispatcher's intake, picks or
+    aborts leave stale; the database decides. Only the holder of the queue's slot (a Prefect limit
+    of 1) gets here for this queue, so no other pick lands between this check and the write, and
+    the write itself is a compare-and-set on Pending/Waiting: one claim per task, whoever races."""
+    if _next_in_queue(session, queue) != task_id:
+        return None
     values: dict[Any, Any] = {JobRow.message: message}
     if not _write_task(
         session, task_id, [Status.PENDING], now, values, Status.PENDING, Reason.PROVISIONING, Reason.WAITING
@@ -351,6 +367,35 @@ def start_acquiring(
     )
     record_pick(session, queue, actor, now)
     return attempt
+
+
+def _next_in_queue(session: Session, queue: QueueKey) -> str | None:
+    """The task the §4 pick rule gives the queue's slot now, from the database alone.
+
+    The rule looks only at each actor's earliest task, so only those are read: every actor's
+    tasks submitted at its earliest time (ties are broken by task id in Python, as the book does,
+    not by the database's collation)."""
+    rank = sa.func.rank().over(partition_by=JobRow.actor, order_by=JobRow.created_at).label("actor_rank")
+    ranked = (
+        sa.select(JobRow.id, JobRow.actor, JobRow.name, JobRow.created_at, rank)
+        .join(TaskProgressRow, TaskProgressRow.task_id == JobRow.id)
+        .where(
+            TaskProgressRow.cluster_id == queue.cluster_id,
+            TaskProgressRow.topology == queue.topology,
+            TaskProgressRow.phase == Phase.WAITING.value,
+            JobRow.status == Status.PENDING.value,
+        )
+        .subquery()
+    )
+    rows = session.execute(
+        sa.select(ranked.c.id, ranked.c.actor, ranked.c.name, ranked.c.created_at).where(
+            ranked.c.actor_rank == 1
+        )
+    )
+    heads = [WaitingTask(task_id, actor, name, created) for task_id, actor, name, created in rows]
+    rotation = session.get(QueueRotationRow, (queue.cluster_id, queue.topology), populate_existing=True)
+    chosen = pick_next(heads, rotation.last_actor if rotation else None)
+    return chosen.task_id if chosen else None
 
 
 def mark_running(session: Session, task_id: str, message: str, now: datetime) -> bool:
