@@ -13,17 +13,21 @@ $(BIN)/.installed: pyproject.toml
 
 install: $(BIN)/.installed
 
-# MariaDB for the real-MySQL tests (Debian's package; the suite starts its own throwaway server).
+# MariaDB for the real-MySQL tests, PostgreSQL for the chaos run's Prefect server (Debian's
+# packages; the suite starts its own throwaway servers).
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 system-deps:
-	@command -v mariadbd >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server >/dev/null; \
-	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server >/dev/null; fi; }
+	@missing="$$(command -v mariadbd >/dev/null 2>&1 || echo mariadb-server) \
+	  $$(ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || echo postgresql)"; \
+	if [ -n "$$(echo $$missing)" ]; then \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
 demo: install
 	$(BIN)/falcon demo $(if $(KEEP),--keep-running,)
 
+# Three workers on two cores: most tests wait on servers, not on the CPU.
 test: install system-deps lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 3
 
 # Style, types (mypy --strict on both packages) and the layering contracts in .importlinter.
 lint: install

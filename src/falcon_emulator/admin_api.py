@@ -108,6 +108,7 @@ def snapshot(state: EmulatorState) -> JSON:
         "operations": [op.to_json() for op in state.operations.values() if op.status != "DONE"],
         "resourceVersion": str(state.versions.current),
         "faultsInjected": dict(state.faults.injected),
+        "apiRequests": state.faults.requests,
     }
 
 

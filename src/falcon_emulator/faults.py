@@ -92,6 +92,7 @@ class Faults:
     def __init__(self) -> None:
         self.rules: list[FaultRule] = []
         self.injected: Counter[str] = Counter()
+        self.requests = 0  # API requests the rules were asked about: the base of the fault share
         self.random = random.Random()
 
     def add(self, raw_rules: list[Any], seed: int | None = None) -> None:
@@ -105,6 +106,7 @@ class Faults:
 
     def take(self, method: str, path: str) -> FaultRule | None:
         """The first rule that matches this request and hits it, consuming one of its ``times``."""
+        self.requests += 1
         now = time.monotonic()
         self.rules = [r for r in self.rules if r.expires_at is None or now < r.expires_at]
         for rule in self.rules:

@@ -1,0 +1,33 @@
+"""The chaos run at the suite's size (tests/chaos/run.py says what it does and checks).
+
+MariaDB, because that is what production runs and where row claims must hold; its own Prefect
+server, because the run restarts it."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from falcon.adapters.db.migrate import upgrade
+from tests.chaos.run import ChaosPlan, run_chaos
+from tests.conftest import mysql_url
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_chaos_run_ends_with_every_task_right_and_nothing_left(mysql_proc: object, tmp_path: Path) -> None:
+    name = f"chaos_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(mysql_url(mysql_proc, "mysql"))
+    with admin.begin() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"))
+    admin.dispose()
+    url = mysql_url(mysql_proc, name)
+    upgrade(url)
+    report = run_chaos(ChaosPlan(), url, tmp_path)
+    print("\n".join(report.lines()))
+    assert report.violations == {k: [] for k in report.violations}
+    assert report.kills >= 5 and report.prefect_restarts == 1
+    assert report.fault_share >= 0.10 and {"reset", "delay", "429", "503"} <= set(report.faults)
