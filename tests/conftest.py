@@ -35,15 +35,19 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'falcon.db'}"
     else:
-        proc = request.getfixturevalue("mysql_proc")
-        name = f"falcon_{uuid.uuid4().hex[:10]}"
-        admin = sa.create_engine(mysql_url(proc, "mysql"))
-        with admin.begin() as conn:
-            conn.execute(sa.text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"))
-        admin.dispose()
-        url = mysql_url(proc, name)
+        url = new_mysql_database(request.getfixturevalue("mysql_proc"))
     upgrade(url)
     yield url
+
+
+def new_mysql_database(proc: object) -> str:
+    """A new, empty database (utf8mb4, as production) on the session's MariaDB; its URL."""
+    name = f"falcon_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(mysql_url(proc, "mysql"))
+    with admin.begin() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"))
+    admin.dispose()
+    return mysql_url(proc, name)
 
 
 @pytest.fixture(scope="session")

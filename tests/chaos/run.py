@@ -39,6 +39,7 @@ from falcon.domain.status import TERMINAL, Status
 from falcon.local import free_port, stop_tree
 from falcon_emulator.config import EmulatorConfig
 from falcon_emulator.server import EmulatorServer
+from tests.integration.harness import clean_env, wait_http
 
 ROOT = Path(__file__).resolve().parents[2]
 # Shapes the reservation cluster can hold (its reservation is of ct6e-standard-4t machines, and a
@@ -235,7 +236,7 @@ class PrefectServer:
 
     def start(self) -> None:
         env = {
-            **clean_environment(),
+            **clean_env(),
             "PREFECT_HOME": str(self.home),
             "PREFECT_API_DATABASE_CONNECTION_URL": self.database_url,
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -250,7 +251,7 @@ class PrefectServer:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        wait_healthy(f"{self.url}/health", 120)
+        wait_http(f"{self.url}/health", 120)
 
     def kill(self) -> None:
         if self._proc is not None:
@@ -264,22 +265,6 @@ class PrefectServer:
     def stop(self) -> None:
         if self._proc is not None:
             stop_tree(self._proc, grace=5)
-
-
-def clean_environment() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "FALCON_"))}
-
-
-def wait_healthy(url: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"{url} not healthy within {seconds}s")
 
 
 class FalconProcess:
@@ -312,7 +297,7 @@ class FalconProcess:
 
     def stop(self) -> None:
         if self.proc is not None:
-            stop_tree(self.proc, grace=5)  # type: ignore[arg-type]
+            stop_tree(self.proc, grace=5)
 
 
 @dataclass(frozen=True)
@@ -402,7 +387,7 @@ def _worker_env(
     plan: ChaosPlan, db_url: str, emulator_url: str, prefect_url: str, events: Path
 ) -> dict[str, str]:
     return {
-        **clean_environment(),
+        **clean_env(),
         "PREFECT_API_URL": prefect_url,
         "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE": "false",
         "PREFECT_LOGGING_TO_API_ENABLED": "false",  # the run's logs go to falcon.log; the server has enough

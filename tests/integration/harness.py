@@ -3,6 +3,7 @@ real Dispatcher whose lifecycle and release flows run as threads of the test."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import httpx
+import pytest
 from sqlalchemy.orm import Session
 
 from falcon.adapters.clock import utc_now
@@ -21,6 +23,7 @@ from falcon.domain.status import TERMINAL
 from falcon.services.context import Services
 from falcon.services.dispatching import Dispatcher
 from falcon.services.ports import Launcher
+from falcon.settings import get_settings
 from falcon_emulator.server import EmulatorServer
 from tests.integration.launcher import InProcessLauncher
 
@@ -85,6 +88,40 @@ def submit(
             timeout_seconds=timeout,
             now=utc_now(),
         )
+
+
+def task_row(services: Services, task_id: str) -> Task:
+    with db(services) as s:
+        task = repo.get_task(s, task_id)
+    assert task is not None
+    return task
+
+
+def with_env(services: Services, monkeypatch: pytest.MonkeyPatch, **env: str) -> Services:
+    """Services (and the flow runs, which read the environment) with these FALCON_* settings."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+    return replace(services, settings=get_settings())
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without PREFECT_* and FALCON_*: what a new user's shell has."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "FALCON_"))}
+    return {**env, **extra}
+
+
+def wait_http(url: str, seconds: float) -> None:
+    """Until ``url`` answers 200 (a server started by the test came up)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"{url} did not come up in {seconds}s")
 
 
 def db(services: Services) -> AbstractContextManager[Session]:

@@ -32,6 +32,7 @@ from tests.integration.harness import (
     inject_fault,
     request_abort,
     submit,
+    task_row,
 )
 from tests.integration.launcher import InProcessLauncher
 
@@ -44,13 +45,6 @@ def phase_of(services: Services, task_id: str) -> tuple[Status, Reason | None, P
         task, progress = repo.get_task(s, task_id), repo.get_progress(s, task_id)
     assert task is not None
     return task.status, task.reason, progress.phase if progress else None
-
-
-def task_row(services: Services, task_id: str) -> Task:
-    with db(services) as s:
-        task = repo.get_task(s, task_id)
-    assert task is not None
-    return task
 
 
 def falcon_objects(emulator: EmulatorServer, task_id: str) -> list[str]:

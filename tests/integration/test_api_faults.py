@@ -10,19 +10,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import replace
 from typing import Any
 
 import httpx
 import pytest
 
-from falcon.adapters.db import repository as repo
-from falcon.domain.model import Task
 from falcon.domain.status import Reason, Status
 from falcon.services.context import Services
-from falcon.settings import get_settings
 from falcon_emulator.server import EmulatorServer
-from tests.integration.harness import Driver, db, emulator_counters, submit
+from tests.integration.harness import Driver, emulator_counters, submit, task_row, with_env
 from tests.integration.test_failures import provision_run_counts
 
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -46,17 +42,7 @@ def under_faults(services: Services, monkeypatch: pytest.MonkeyPatch, tries: int
     for kind in ("NODE_POOL", "JOB", "RELEASE"):
         env |= {f"FALCON_RETRY_{kind}_TRIES": str(tries), f"FALCON_RETRY_{kind}_BASE_SECONDS": "0.05"}
         env[f"FALCON_RETRY_{kind}_CAP_SECONDS"] = "0.2"
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    get_settings.cache_clear()
-    return replace(services, settings=get_settings())
-
-
-def task_row(services: Services, task_id: str) -> Task:
-    with db(services) as s:
-        task = repo.get_task(s, task_id)
-    assert task is not None
-    return task
+    return with_env(services, monkeypatch, **env)
 
 
 def test_a_task_succeeds_through_api_faults_without_duplicates(

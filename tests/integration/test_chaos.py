@@ -5,26 +5,19 @@ server, because the run restarts it."""
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from falcon.adapters.db.migrate import upgrade
 from tests.chaos.run import ChaosPlan, run_chaos
-from tests.conftest import mysql_url
+from tests.conftest import new_mysql_database
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_chaos_run_ends_with_every_task_right_and_nothing_left(mysql_proc: object, tmp_path: Path) -> None:
-    name = f"chaos_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(mysql_url(mysql_proc, "mysql"))
-    with admin.begin() as conn:
-        conn.execute(sa.text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"))
-    admin.dispose()
-    url = mysql_url(mysql_proc, name)
+    url = new_mysql_database(mysql_proc)
     upgrade(url)
     report = run_chaos(ChaosPlan(), url, tmp_path)
     print("\n".join(report.lines()))

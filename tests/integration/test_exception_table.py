@@ -34,7 +34,6 @@ The step logic of each row is proven first in the unit tier (tests/unit/test_ser
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 import httpx
 import pytest
@@ -44,9 +43,18 @@ from falcon.domain.lifecycle import PoolState
 from falcon.domain.model import QueueKey, Task
 from falcon.domain.status import Reason, Status
 from falcon.services.context import Services
-from falcon.settings import get_settings
 from falcon_emulator.server import EmulatorServer
-from tests.integration.harness import CLUSTER, EMULATOR, Driver, db, emulator_counters, inject_fault, submit
+from tests.integration.harness import (
+    CLUSTER,
+    EMULATOR,
+    Driver,
+    db,
+    emulator_counters,
+    inject_fault,
+    submit,
+    task_row,
+    with_env,
+)
 from tests.integration.test_abort_phases import falcon_objects, slot_in_use
 
 QUEUE = QueueKey(CLUSTER.id, "2x2")
@@ -54,16 +62,7 @@ QUEUE = QueueKey(CLUSTER.id, "2x2")
 
 def with_pool_timeout(services: Services, monkeypatch: pytest.MonkeyPatch, seconds: int) -> Services:
     """Services (and the flow runs, which read the environment) with a short node-pool deadline."""
-    monkeypatch.setenv("FALCON_NODE_POOL_TIMEOUT_SECONDS", str(seconds))
-    get_settings.cache_clear()
-    return replace(services, settings=get_settings())
-
-
-def task_row(services: Services, task_id: str) -> Task:
-    with db(services) as s:
-        task = repo.get_task(s, task_id)
-    assert task is not None
-    return task
+    return with_env(services, monkeypatch, FALCON_NODE_POOL_TIMEOUT_SECONDS=str(seconds))
 
 
 def pool_state(services: Services, name: str) -> PoolState | None:

@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from falcon.local import free_port
+from tests.integration.harness import clean_env, wait_http
 
 FALCON = str(Path(sys.executable).with_name("falcon"))
 SPEC = {
@@ -30,11 +31,6 @@ SPEC = {
     "env": {"EMULATOR_RUN_SECONDS": "1"},
     "topology": "2x2",
 }
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "FALCON_"))}
-    return {**env, **extra}
 
 
 def falcon(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
@@ -159,7 +155,7 @@ def serving(command: list[str], health: str, env: dict[str, str], cwd: Path) -> 
         start_new_session=True,
     )
     try:
-        _wait_http(health, 120)
+        wait_http(health, 120)
         yield
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -259,15 +255,3 @@ def test_the_demo_runs_sample_tasks_to_succeeded_and_sigterm_stops_all_of_it(tmp
         assert "node pools created" in text and "remaining none" in text  # all pools deleted
         stop_and_check_nothing_left(proc, home / "demo", signal.SIGTERM)
     assert proc.returncode == 0
-
-
-def _wait_http(url: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"{url} did not come up in {seconds}s")

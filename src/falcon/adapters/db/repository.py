@@ -379,12 +379,7 @@ def _next_in_queue(session: Session, queue: QueueKey) -> str | None:
     ranked = (
         sa.select(JobRow.id, JobRow.actor, JobRow.name, JobRow.created_at, rank)
         .join(TaskProgressRow, TaskProgressRow.task_id == JobRow.id)
-        .where(
-            TaskProgressRow.cluster_id == queue.cluster_id,
-            TaskProgressRow.topology == queue.topology,
-            TaskProgressRow.phase == Phase.WAITING.value,
-            JobRow.status == Status.PENDING.value,
-        )
+        .where(*_waiting_in(queue))
         .subquery()
     )
     rows = session.execute(
@@ -614,14 +609,19 @@ def waiting_count(session: Session, queue: QueueKey) -> int:
         sa.select(sa.func.count())
         .select_from(TaskProgressRow)
         .join(JobRow, JobRow.id == TaskProgressRow.task_id)
-        .where(
-            TaskProgressRow.cluster_id == queue.cluster_id,
-            TaskProgressRow.topology == queue.topology,
-            TaskProgressRow.phase == Phase.WAITING.value,
-            JobRow.status == Status.PENDING.value,
-        )
+        .where(*_waiting_in(queue))
     )
     return int(session.scalar(query) or 0)
+
+
+def _waiting_in(queue: QueueKey) -> tuple[sa.ColumnElement[bool], ...]:
+    """The rows of tasks waiting in ``queue`` (a join of the job and progress tables)."""
+    return (
+        TaskProgressRow.cluster_id == queue.cluster_id,
+        TaskProgressRow.topology == queue.topology,
+        TaskProgressRow.phase == Phase.WAITING.value,
+        JobRow.status == Status.PENDING.value,
+    )
 
 
 def queue_lengths(session: Session) -> dict[QueueKey, int]:
