@@ -805,6 +805,7 @@ class FakeClusterJobs:
         self.scripts: dict[str, JobScript] = {}
         self.create_failures: deque[Exception] = deque()
         self.calls: list[tuple[str, str]] = []  # (method, object name)
+        self.unreachable = False  # the cluster's API does not answer (list_jobs raises)
 
     # -- scripting
     def script(self, job_name: str, **behaviour: Any) -> JobScript:
@@ -848,6 +849,8 @@ class FakeClusterJobs:
 
     def list_jobs(self, namespace: str, label_selector: str) -> list[JobState]:
         self.calls.append(("list_jobs", namespace))
+        if self.unreachable:
+            raise TemporaryError("list Jobs: connection refused")
         key, _, value = label_selector.partition("=")
         return [
             j.state()

@@ -9,16 +9,18 @@ queue position as Message; a task aborted while waiting ends Aborted on the next
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
-from tests.unit.fakes import spec_for
+from tests.unit.fakes import k8s_of, spec_for
 
 from falcon.domain.lifecycle import Phase
 from falcon.domain.model import QueueKey
+from falcon.domain.scheduling import WaitingTask
 from falcon.domain.status import Reason, Status
 from falcon.services.context import Services
-from falcon.services.dispatching import Dispatcher
+from falcon.services.dispatching import UNREACHABLE_AFTER, Dispatcher
+from falcon.services.queueing import QueueBook, choose
 
 
 @pytest.fixture
@@ -185,3 +187,52 @@ def test_dead_acquire_run_is_restarted_with_a_new_lease_and_attempt(
     assert again.attempt == 2 and again.lease_id != first.lease_id
     assert first.lease_id in svc.slots.released
     assert svc.launcher.acquires[-1] == ("a", again.lease_id, 2)
+
+
+def rounds(svc: Services, dispatcher: Dispatcher, count: int) -> list[str]:
+    """``count`` ticks, each a reconcile round apart; the tasks they picked."""
+    picked = []
+    for _ in range(count):
+        svc.clock.advance(svc.settings.reconcile_seconds)
+        picked += dispatcher.tick().picked
+    return picked
+
+
+def test_tasks_of_an_unreachable_cluster_wait_told_why_until_it_answers(
+    svc: Services, dispatcher: Dispatcher
+) -> None:
+    submit(svc, "a")
+    submit(svc, "b")
+    assert dispatcher.tick().picked == ["a"]
+    k8s_of(svc).unreachable = True
+    assert rounds(svc, dispatcher, UNREACHABLE_AFTER) == []  # a still acquires
+    finish_acquiring(svc, "a")
+    assert rounds(svc, dispatcher, 2) == []  # the slot is free, but the cluster is held
+    name = svc.store.clusters()[0].name
+    message = svc.store.task("b").message
+    assert message.startswith(f"Cluster {name} unreachable since ")
+    assert message.endswith("; the task waits in its queue: list Jobs: connection refused")
+    k8s_of(svc).unreachable = False
+    assert rounds(svc, dispatcher, 2) == ["b"]  # one probe answers, the next tick picks
+
+
+def test_a_cluster_failing_fewer_probes_in_a_row_is_not_held(svc: Services, dispatcher: Dispatcher) -> None:
+    submit(svc, "a")
+    submit(svc, "b")
+    assert dispatcher.tick().picked == ["a"]
+    k8s_of(svc).unreachable = True
+    assert rounds(svc, dispatcher, UNREACHABLE_AFTER - 1) == []
+    k8s_of(svc).unreachable = False
+    finish_acquiring(svc, "a")
+    assert rounds(svc, dispatcher, 1) == ["b"]
+
+
+def test_a_held_cluster_holds_only_its_own_queues() -> None:
+    book = QueueBook()
+    for cluster_id in ("c1", "c2"):
+        book.add(
+            QueueKey(cluster_id, "2x2"), WaitingTask(f"t-{cluster_id}", "alice", "job", datetime(2026, 1, 1))
+        )
+    assert choose(book, set(), {"c1": "Cluster c1 unreachable"}) == [
+        (QueueKey("c2", "2x2"), WaitingTask("t-c2", "alice", "job", datetime(2026, 1, 1)))
+    ]

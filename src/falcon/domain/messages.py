@@ -19,6 +19,7 @@ class Locale(StrEnum):
 class MessageKey(StrEnum):
     WAITING = "waiting"
     WAITING_FIRST = "waiting_first"
+    CLUSTER_UNREACHABLE = "cluster_unreachable"
     PROVISIONING_STARTED = "provisioning_started"
     PROVISIONING_RESERVATION = "provisioning_reservation"
     PROVISIONING_FLEX_START = "provisioning_flex_start"
@@ -51,6 +52,10 @@ TEMPLATES: dict[MessageKey, dict[Locale, str]] = {
     MessageKey.WAITING_FIRST: {
         Locale.ZH: "队列位置 #1，等待当前任务获取资源",
         Locale.EN: "Queue position #1, waiting for the current task to acquire its resources",
+    },
+    MessageKey.CLUSTER_UNREACHABLE: {
+        Locale.ZH: "集群 {cluster} 自 {since} 起无法访问，任务在队列中等待: {detail}",
+        Locale.EN: "Cluster {cluster} unreachable since {since}; the task waits in its queue: {detail}",
     },
     MessageKey.PROVISIONING_STARTED: {
         Locale.ZH: "已获得队列槽位，正在准备 node pool...",

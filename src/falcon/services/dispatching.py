@@ -13,7 +13,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from falcon.domain.model import QueueKey
+from falcon.domain.messages import MessageKey
+from falcon.domain.model import Cluster, QueueKey
 from falcon.services import reconcile
 from falcon.services.context import Services
 from falcon.services.health import Verdict, liveness
@@ -27,6 +28,7 @@ logger = logging.getLogger(__name__)
 # this long before the slot is reset: a lifecycle run releases its lease a moment after it
 # records Running, and that moment must never be mistaken for a leak.
 LEAK_CONFIRM_SECONDS = 5.0
+UNREACHABLE_AFTER = 3  # probes failed in a row (one per reconcile round) before a cluster is held
 
 
 @dataclass
@@ -70,6 +72,8 @@ class Dispatcher:
         self._reconcile_timer = Every(settings.reconcile_seconds)
         self._orphan_scan = Every(settings.orphan_scan_seconds)
         self._held_since: dict[QueueKey, float] = {}
+        self._failed_probes: dict[str, int] = {}  # cluster id -> probes failed in a row
+        self._unreachable: dict[str, str] = {}  # cluster id -> the Message its waiting tasks show
 
     def tick(self) -> TickReport:
         try:
@@ -104,6 +108,7 @@ class Dispatcher:
             svc.say,
             now,
             settings.slot_lease_seconds,
+            held=self._unreachable,
         )
         report.picked = [p.task_id for p in result.picks]
         self._launch(result.picks)
@@ -138,12 +143,36 @@ class Dispatcher:
         report.ended = reconcile.follow_running(svc, clusters)
         report.started = reconcile.supervise_runs(svc)
         report.reaped = reconcile.reap_idle_pools(svc, clusters, self.book.counts())
+        self._note_reachability(clusters)
         if self._orphan_scan.due(svc.clock.monotonic()):
             report.orphans = [
                 *reconcile.delete_orphan_pools(svc, clusters),
                 *reconcile.delete_orphan_jobs(svc, clusters),
                 *reconcile.delete_orphan_services(svc, clusters),
             ]
+
+    def _note_reachability(self, clusters: dict[str, Cluster]) -> None:
+        """Probe the clusters tasks wait for. One that failed UNREACHABLE_AFTER probes in a row is
+        held: its tasks wait (a pick would only burn its retries) with a Message saying why, until
+        a probe answers; the other clusters go on."""
+        svc = self.services
+        waited_for = [
+            clusters[q.cluster_id] for q, t in self.book.waiting.items() if t and q.cluster_id in clusters
+        ]
+        down = reconcile.unreachable_clusters(svc, list({c.id: c for c in waited_for}.values()))
+        self._failed_probes = {c: self._failed_probes.get(c, 0) + 1 for c in down}
+        held = {}
+        for cluster_id, error in down.items():
+            if self._failed_probes[cluster_id] >= UNREACHABLE_AFTER:
+                held[cluster_id] = self._unreachable.get(cluster_id) or svc.say(
+                    MessageKey.CLUSTER_UNREACHABLE,
+                    cluster=clusters[cluster_id].name,
+                    since=f"{svc.clock.now():%Y-%m-%d %H:%M:%S} UTC",
+                    detail=error[:200],
+                )
+        changed = set(held) ^ set(self._unreachable)
+        self.book.dirty.update(q for q in self.book.waiting if q.cluster_id in changed)
+        self._unreachable = held
 
 
 def _quietly(step: Callable[[Pick], None], pick: Pick) -> None:

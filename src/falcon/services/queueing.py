@@ -82,11 +82,14 @@ class ScheduleResult:
     messages_written: int = 0
 
 
-def choose(book: QueueBook, acquiring: Set[QueueKey]) -> list[tuple[QueueKey, WaitingTask]]:
-    """The next task of every queue whose slot is free in the database (pure)."""
+def choose(
+    book: QueueBook, acquiring: Set[QueueKey], held: Mapping[str, str] | None = None
+) -> list[tuple[QueueKey, WaitingTask]]:
+    """The next task of every queue whose slot is free in the database and whose cluster is not
+    held (unreachable: an acquisition there would only burn its retries) (pure)."""
     chosen = []
     for queue, tasks in book.waiting.items():
-        if tasks and queue not in acquiring:
+        if tasks and queue not in acquiring and queue.cluster_id not in (held or {}):
             task = pick_next(tasks, book.last_actor.get(queue))
             if task is not None:
                 chosen.append((queue, task))
@@ -101,9 +104,12 @@ def schedule(
     say: Messages,
     now: datetime,
     lease_seconds: int,
+    held: Mapping[str, str] | None = None,
 ) -> ScheduleResult:
+    """Pick and claim the next task of every free queue, then rewrite the Messages that changed.
+    ``held`` maps the clusters that cannot be reached to the Message their waiting tasks show."""
     result = ScheduleResult()
-    for queue, task in choose(book, acquiring):
+    for queue, task in choose(book, acquiring, held):
         slots.ensure_limit(queue.slot_name)
         lease_id = slots.try_acquire(queue.slot_name, lease_seconds)
         if lease_id is None:
@@ -124,16 +130,22 @@ def schedule(
         result.picks.append(Pick(task.task_id, queue, lease_id, attempt))
         book.last_actor[queue] = task.actor
     book.remove(p.task_id for p in result.picks)
-    result.messages_written = _refresh_messages(store, book, say, now)
+    result.messages_written = _refresh_messages(store, book, say, now, held or {})
     return result
 
 
-def _refresh_messages(store: TaskStore, book: QueueBook, say: Messages, now: datetime) -> int:
+def _refresh_messages(
+    store: TaskStore, book: QueueBook, say: Messages, now: datetime, held: Mapping[str, str]
+) -> int:
     changed: dict[str, str] = {}
     for queue in book.dirty:
-        for task_id, text in waiting_messages(
-            book.waiting.get(queue, []), book.last_actor.get(queue), say.locale
-        ).items():
+        waiting = book.waiting.get(queue, [])
+        texts = (
+            {t.task_id: held[queue.cluster_id] for t in waiting}
+            if queue.cluster_id in held
+            else waiting_messages(waiting, book.last_actor.get(queue), say.locale)
+        )
+        for task_id, text in texts.items():
             if book.written.get(task_id) != text:
                 changed[task_id] = text
     book.dirty.clear()

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from datetime import datetime
 
-from falcon.domain.errors import FalconError, NotFoundError
+from falcon.domain.errors import FalconError, NotFoundError, TemporaryError
 from falcon.domain.job_manifest import MANAGED_BY
 from falcon.domain.lifecycle import (
     LIVE_POOL_STATES,
@@ -122,6 +122,17 @@ def _failure_detail(services: Services, cluster: Cluster, job: JobState) -> str:
     except FalconError:
         pods = []
     return "; ".join(p.describe() for p in pods if p.terminated) or job.failed_condition or "Job failed"
+
+
+def unreachable_clusters(services: Services, clusters: list[Cluster]) -> dict[str, str]:
+    """The clusters whose Kubernetes API does not answer now, with the error: one list call each."""
+    down = {}
+    for cluster in clusters:
+        try:
+            services.jobs(cluster).list_jobs(cluster.namespace, f"managed-by={MANAGED_BY}")
+        except TemporaryError as exc:
+            down[cluster.id] = str(exc)
+    return down
 
 
 def supervise_runs(services: Services) -> list[str]:
