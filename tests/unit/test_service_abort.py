@@ -230,7 +230,7 @@ def test_abort_at_a_reservation_decision_does_not_keep_holding_reservation_room(
 def test_running_task_aborted_moves_to_releasing_with_aborted(svc: Services) -> None:
     running(svc, "t1")
     svc.store.request_abort("t1")
-    assert reconcile.follow_running(svc, clusters_of(svc)) == ["t1"]
+    assert reconcile.follow_running(svc, clusters_of(svc)).ended == ["t1"]
     progress = svc.store.progress["t1"]
     assert progress.phase is Phase.RELEASING
     assert progress.outcome == Outcome(Status.ABORTED, None, "Aborted by user")
@@ -247,7 +247,7 @@ def test_running_task_aborted_moves_to_releasing_with_aborted(svc: Services) -> 
 def test_abort_during_release_turns_the_outcome_into_aborted(svc: Services) -> None:
     running(svc, "t1")
     k8s_of(svc).job(JOB).script.complete = True
-    assert reconcile.follow_running(svc, clusters_of(svc)) == ["t1"]
+    assert reconcile.follow_running(svc, clusters_of(svc)).ended == ["t1"]
     assert svc.store.progress["t1"].outcome == succeeded(svc.say)
     svc.store.request_abort("t1")  # the row is still Running: upstream may abort it
     assert write_outcome(svc, "t1", succeeded(svc.say)).status is Status.ABORTED
@@ -268,9 +268,9 @@ def test_release_of_a_task_aborted_while_releasing_ends_aborted(svc: Services) -
 
 def test_completed_job_moves_to_releasing_with_succeeded(svc: Services) -> None:
     running(svc, "t1")
-    assert reconcile.follow_running(svc, clusters_of(svc)) == []
+    assert reconcile.follow_running(svc, clusters_of(svc)).ended == []
     k8s_of(svc).job(JOB).script.complete = True
-    assert reconcile.follow_running(svc, clusters_of(svc)) == ["t1"]
+    assert reconcile.follow_running(svc, clusters_of(svc)).ended == ["t1"]
     assert svc.store.task("t1").message == "Job finished, cleaning up the node pool..."
     assert release(svc, "t1") == Outcome(Status.SUCCEEDED, None, "")
     task = svc.store.task("t1")
@@ -319,9 +319,9 @@ def test_running_task_times_out_from_dispatched_at(svc: Services) -> None:
     running(svc, "t1", timeout_seconds=3600)
     dispatched_at = svc.store.task("t1").dispatched_at
     svc.clock.advance((dispatched_at + timedelta(seconds=3599) - svc.clock.now()).total_seconds())
-    assert reconcile.follow_running(svc, clusters_of(svc)) == []
+    assert reconcile.follow_running(svc, clusters_of(svc)).ended == []
     svc.clock.advance(1)
-    assert reconcile.follow_running(svc, clusters_of(svc)) == ["t1"]
+    assert reconcile.follow_running(svc, clusters_of(svc)).ended == ["t1"]
     assert svc.store.progress["t1"].outcome == Outcome(
         Status.FAILED, Reason.TIMEOUT, "Task timed out (3600s), Job cancelled"
     )
@@ -339,9 +339,9 @@ def test_unreachable_cluster_is_tried_again_next_round(svc: Services) -> None:
         raise TemporaryError("connection refused")
 
     jobs.list_jobs = down  # type: ignore[method-assign]
-    assert reconcile.follow_running(svc, clusters_of(svc)) == []
+    assert reconcile.follow_running(svc, clusters_of(svc)).ended == []
     jobs.list_jobs = original  # type: ignore[method-assign]
-    assert reconcile.follow_running(svc, clusters_of(svc)) == ["t1"]
+    assert reconcile.follow_running(svc, clusters_of(svc)).ended == ["t1"]
 
 
 def test_release_is_safe_to_run_again(svc: Services) -> None:

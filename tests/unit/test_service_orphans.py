@@ -19,7 +19,7 @@ def test_a_job_whose_task_ended_is_deleted_and_a_live_tasks_job_is_kept(svc: Ser
     k8s = k8s_of(svc)
     late = k8s.job(k8s_job_name_for("t-ended"))
     late.script.complete = True
-    assert reconcile.follow_running(svc, clusters_of(svc)) == ["t-ended"]
+    assert reconcile.follow_running(svc, clusters_of(svc)).ended == ["t-ended"]
     assert release(svc, "t-ended").status is Status.SUCCEEDED
     k8s.create_job(late.namespace, late.manifest)  # the late create lands after the release
     assert reconcile.delete_orphan_jobs(svc, clusters_of(svc)) == [k8s_job_name_for("t-ended")]

@@ -41,7 +41,7 @@ QUEUE = QueueKey("c1", "2x2")
 def succeed(svc: Services, task_id: str = "t1") -> None:
     """The Job completes and the dispatcher notices: phase releasing, outcome Succeeded."""
     k8s_of(svc).job(k8s_job_name_for(task_id)).script.complete = True
-    assert task_id in reconcile.follow_running(svc, clusters_of(svc))
+    assert task_id in reconcile.follow_running(svc, clusters_of(svc)).ended
 
 
 def idle(name: str, since: datetime) -> NodePool:

@@ -140,10 +140,12 @@ class Dispatcher:
     def _reconcile(self, report: TickReport) -> None:
         svc = self.services
         clusters = {c.id: c for c in svc.store.clusters()}
-        report.ended = reconcile.follow_running(svc, clusters)
+        waited_for = {queue.cluster_id for queue, tasks in self.book.waiting.items() if tasks}
+        followed = reconcile.follow_running(svc, clusters, waited_for)
+        report.ended = followed.ended
         report.started = reconcile.supervise_runs(svc)
         report.reaped = reconcile.reap_idle_pools(svc, clusters, self.book.counts())
-        self._note_reachability(clusters)
+        self._note_reachability(followed.unreachable, clusters)
         if self._orphan_scan.due(svc.clock.monotonic()):
             report.orphans = [
                 *reconcile.delete_orphan_pools(svc, clusters),
@@ -151,15 +153,11 @@ class Dispatcher:
                 *reconcile.delete_orphan_services(svc, clusters),
             ]
 
-    def _note_reachability(self, clusters: dict[str, Cluster]) -> None:
-        """Probe the clusters tasks wait for. One that failed UNREACHABLE_AFTER probes in a row is
-        held: its tasks wait (a pick would only burn its retries) with a Message saying why, until
-        a probe answers; the other clusters go on."""
+    def _note_reachability(self, down: dict[str, str], clusters: dict[str, Cluster]) -> None:
+        """A cluster whose Job list failed UNREACHABLE_AFTER rounds in a row is held: its tasks
+        wait (a pick would only burn its retries) with a Message saying why, until a list
+        answers; the other clusters go on."""
         svc = self.services
-        waited_for = [
-            clusters[q.cluster_id] for q, t in self.book.waiting.items() if t and q.cluster_id in clusters
-        ]
-        down = reconcile.unreachable_clusters(svc, list({c.id: c for c in waited_for}.values()))
         self._failed_probes = {c: self._failed_probes.get(c, 0) + 1 for c in down}
         held = {}
         for cluster_id, error in down.items():

@@ -8,8 +8,8 @@ release run.
 from __future__ import annotations
 
 import contextlib
-from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Set
+from dataclasses import dataclass
 from datetime import datetime
 
 from falcon.domain.errors import FalconError, NotFoundError, TemporaryError
@@ -51,22 +51,32 @@ def abort_unstarted(
     ]
 
 
-def follow_running(services: Services, clusters: Clusters) -> list[str]:
-    """One database read and one Job list per cluster; every running task whose Job ended,
-    vanished, timed out, was aborted or has pods that can never start moves to releasing.
-    Returns the ids that did."""
-    by_cluster: dict[str, list[Task]] = defaultdict(list)
+@dataclass(frozen=True)
+class Followed:
+    ended: list[str]  # running tasks whose Job ended, vanished, timed out or was aborted
+    unreachable: dict[str, str]  # cluster id -> why its Kubernetes API did not answer this round
+
+
+def follow_running(services: Services, clusters: Clusters, waited_for: Set[str] = frozenset()) -> Followed:
+    """One database read and one Job list per cluster with running tasks or in ``waited_for``
+    (clusters tasks wait for: the same list tells whether they answer); every running task whose
+    Job ended, vanished, timed out, was aborted or has pods that can never start moves to
+    releasing."""
+    by_cluster: dict[str, list[Task]] = {cluster_id: [] for cluster_id in waited_for}
     for progress, task in services.store.running_tasks():
-        by_cluster[progress.queue.cluster_id if progress.queue else ""].append(task)
-    ended = []
+        by_cluster.setdefault(progress.queue.cluster_id if progress.queue else "", []).append(task)
+    ended, unreachable = [], {}
     for cluster_id, tasks in by_cluster.items():
         cluster = clusters.get(cluster_id)
         if cluster is None:
             continue
         try:
             listed = services.jobs(cluster).list_jobs(cluster.namespace, f"managed-by={MANAGED_BY}")
+        except TemporaryError as exc:
+            unreachable[cluster_id] = str(exc)
+            continue  # try again next round
         except FalconError:
-            continue  # cluster unreachable this round; try again next round
+            continue
         jobs = {j.name: j for j in listed}
         blocked = _start_failures(
             services, cluster, [jobs[t.k8s_job_name] for t in tasks if t.k8s_job_name in jobs]
@@ -76,7 +86,7 @@ def follow_running(services: Services, clusters: Clusters) -> list[str]:
             outcome = _running_outcome(services, cluster, task, jobs.get(job_name)) or blocked.get(job_name)
             if outcome and record_outcome(services, task.id, outcome, [Phase.RUNNING]):
                 ended.append(task.id)
-    return ended
+    return Followed(ended, unreachable)
 
 
 def _start_failures(services: Services, cluster: Cluster, jobs: list[JobState]) -> dict[str, Outcome]:
@@ -122,17 +132,6 @@ def _failure_detail(services: Services, cluster: Cluster, job: JobState) -> str:
     except FalconError:
         pods = []
     return "; ".join(p.describe() for p in pods if p.terminated) or job.failed_condition or "Job failed"
-
-
-def unreachable_clusters(services: Services, clusters: list[Cluster]) -> dict[str, str]:
-    """The clusters whose Kubernetes API does not answer now, with the error: one list call each."""
-    down = {}
-    for cluster in clusters:
-        try:
-            services.jobs(cluster).list_jobs(cluster.namespace, f"managed-by={MANAGED_BY}")
-        except TemporaryError as exc:
-            down[cluster.id] = str(exc)
-    return down
 
 
 def supervise_runs(services: Services) -> list[str]:
