@@ -99,6 +99,10 @@ What is modelled
   watch (NDJSON, resume from resourceVersion, 410 Expired once compacted, timeoutSeconds, bookmarks, DELETED
   with the final state, DELETED when an object stops matching the selector). Errors are ``Status`` objects.
   Events are deduplicated (count/lastTimestamp) and expire after ``eventTtlSeconds``.
+* Custom resources (``crds``, ``cel_rules``): CRDs validated as the API server does, their objects pruned,
+  defaulted and validated by the structural schema and by x-kubernetes-validations with a real CEL
+  (common-expression-language), status subresource and generation; apps/v1 Deployments and StatefulSets
+  with the autoscaling/v1 /scale subresource (``apps``).
 * Controllers, advanced by one asyncio loop every ``tickSeconds``: ServiceAccount controller, Job controller
   (parallelism/completions, Indexed mode, backoffLimit, activeDeadlineSeconds, FailureTarget -> Failed,
   SuccessCriteriaMet -> Complete, ttlSecondsAfterFinished, suspend), scheduler (nodeSelector, required node
@@ -207,7 +211,9 @@ KNOWN FIDELITY GAPS
   ``shareSettings`` only (no IAM); no aggregate (chip-counted) reservations; assuredCount always equals
   count. Resource policies: no patch, IAM or aggregated list; their operations are DONE at once.
 * Kubernetes: no authentication/RBAC, no admission webhooks or plugins besides those in the table above
-  (no LimitRanger, ResourceQuota, PodSecurity), no Deployments/ConfigMaps/Secrets/CRDs, ServiceAccounts
+  (no LimitRanger, ResourceQuota, PodSecurity), no ConfigMaps/Secrets/ReplicaSets/DaemonSets; Deployments
+  and StatefulSets run no pods (status follows spec.replicas at once); CRDs without conversion, CEL cost
+  estimates or rule type-checking (see ``crds``/``cel_rules``); ServiceAccounts
   without token Secrets or the TokenRequest API, no deletecollection, no server-side apply (apply
   patches merge like merge-patch), strategic merge treats lists as atomic, field selectors accept any dotted
   path, limit/continue is an offset over the live list (no snapshot), BOOKMARKs only on idle streams, one

@@ -12,18 +12,21 @@ from fastapi import APIRouter, Request
 from starlette.datastructures import QueryParams
 from starlette.responses import PlainTextResponse, Response
 
+from falcon_emulator import apps, crds
 from falcon_emulator.admission import admit_pod
+from falcon_emulator.apps import APPS
+from falcon_emulator.crds import CRD_PLURAL, has_status, served_types
 from falcon_emulator.errors import json_response, kube_error, kube_response
 from falcon_emulator.gke_api import emulator_state
 from falcon_emulator.jobs import delete_job
-from falcon_emulator.k8s_objects import prepare, stamp_job_selector
+from falcon_emulator.k8s_objects import next_generation, prepare, stamp_job_selector
 from falcon_emulator.k8s_watch import open_watch
 from falcon_emulator.pods import delete_pod, fail_lost_pod, remove_pod
 from falcon_emulator.selectors import SelectorError, labels_match, parse_field_selector, parse_label_selector
 from falcon_emulator.service_accounts import provision_namespace
 from falcon_emulator.state import ClusterState, EmulatorState
-from falcon_emulator.store import RESOURCES, KubeError, ResourceType
-from falcon_emulator.util import JSON, json_patch, merge_patch
+from falcon_emulator.store import KubeError, KubeStore, ResourceType
+from falcon_emulator.util import JSON, clone, json_patch, merge_patch
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -39,7 +42,7 @@ class Target:
     sub: str | None
 
 
-def parse_target(path: str) -> Target:
+def parse_target(store: KubeStore, path: str) -> Target:
     parts = [p for p in path.split("/") if p]
     if parts[:2] == ["api", "v1"]:
         group, version, rest = "", "v1", parts[2:]
@@ -50,8 +53,8 @@ def parse_target(path: str) -> Target:
     namespace = None
     if len(rest) >= 3 and rest[0] == "namespaces":
         namespace, rest = rest[1], rest[2:]
-    rt = RESOURCES.get((group, rest[0])) if rest else None
-    if rt is None or rt.version != version or len(rest) > 3 or (namespace is not None and not rt.namespaced):
+    rt = store.resource(group, version, rest[0]) if rest else None
+    if rt is None or len(rest) > 3 or (namespace is not None and not rt.namespaced):
         raise kube_error(404, f"the server could not find the requested resource (path /{path})")
     name = rest[1] if len(rest) > 1 else None
     return Target(rt, namespace, name, rest[2] if len(rest) > 2 else None)
@@ -68,9 +71,10 @@ async def kube(project: str, location: str, cluster: str, path: str, request: Re
                 raise kube_error(
                     404, f"cluster projects/{project}/locations/{location}/clusters/{cluster} not found"
                 )
-            if path.strip("/") in ("version", "api", "apis"):
-                return json_response(_discovery(state, path.strip("/")))
-            return _handle(state, target_cluster, parse_target(path), request, raw)
+            parts = [p for p in path.split("/") if p]
+            if parts in (["version"], ["api"], ["api", "v1"]) or (parts[:1] == ["apis"] and len(parts) <= 3):
+                return json_response(_discovery(state, target_cluster.store, parts))
+            return _handle(state, target_cluster, parse_target(target_cluster.store, path), request, raw)
     except KubeError as error:
         return kube_response(error)
     except Exception as exc:  # an emulator bug must still look like an apiserver error
@@ -90,27 +94,54 @@ def _body(raw: bytes) -> Any:
 def _handle(
     state: EmulatorState, cluster: ClusterState, target: Target, request: Request, raw: bytes
 ) -> Response:
-    params, method = request.query_params, request.method
+    params, method, rt = request.query_params, request.method, target.rt
     if target.name is None:
         if method == "GET" and params.get("watch") in ("true", "1", "True"):
-            return open_watch(state, cluster, target.rt, target.namespace, params)
+            return open_watch(state, cluster, rt, target.namespace, params)
         if method == "GET":
             return json_response(_list(state, cluster, target, params))
-        if method == "POST" and (target.namespace is not None or not target.rt.namespaced):
+        if method == "POST" and (target.namespace is not None or not rt.namespaced):
             return _create(cluster, target, _body(raw), params)
         raise kube_error(405, f"{method} is not supported on this collection")
-    obj = cluster.store.require(target.rt.plural, target.namespace or "", target.name)
-    if method == "GET" and target.sub == "log" and target.rt.plural == "pods":
+    obj = cluster.store.require(rt.key, target.namespace or "", target.name)
+    content_type = request.headers.get("content-type", "")
+    if target.sub == "log" and rt.key == "pods" and method == "GET":
         return _pod_log(cluster, obj, params)
-    if method == "GET" and target.sub in (None, "status"):
+    if target.sub == "scale" and rt.key in APPS:
+        return json_response(_scale(cluster, target, obj, method, _body(raw), content_type))
+    if target.sub not in (None, "status") or (target.sub == "status" and not has_status(rt)):
+        raise kube_error(
+            404, f"the server could not find the requested resource ({rt.qualified}/{target.sub})"
+        )
+    if method == "GET":
         return json_response(obj)
-    if method in ("PATCH", "PUT") and target.sub in (None, "status"):
-        body = _body(raw)
-        content_type = request.headers.get("content-type", "")
-        return json_response(_update(cluster, target, obj, body, content_type, method))
+    if method in ("PATCH", "PUT"):
+        return json_response(_update(cluster, target, obj, _body(raw), content_type, method))
     if method == "DELETE" and target.sub is None:
-        return _delete(state, cluster, target.rt, obj, params, _body(raw))
-    raise kube_error(405, f"{method} is not supported on {target.rt.plural}/{target.sub}")
+        return _delete(state, cluster, rt, obj, params, _body(raw))
+    raise kube_error(405, f"{method} is not supported on {rt.plural}/{target.sub}")
+
+
+def _scale(
+    cluster: ClusterState, target: Target, obj: JSON, method: str, body: Any, content_type: str
+) -> JSON:
+    """GET, PATCH or PUT of a workload's autoscaling/v1 Scale; a write changes only spec.replicas."""
+    if method == "GET":
+        return apps.scale_of(obj)
+    if method not in ("PATCH", "PUT"):
+        raise kube_error(405, f"{method} is not supported on {target.rt.plural}/scale")
+    scale = apps.scale_of(obj)
+    written = (
+        _replacement(target.rt, obj["metadata"]["name"], obj, body)
+        if method == "PUT"
+        else _patched(scale, body, content_type)
+    )
+    before = clone(obj)
+    if apps.rescale(obj, written):
+        obj["metadata"]["generation"] = next_generation(before, obj, status_apart=True)
+        apps.follow(target.rt, obj)
+        cluster.store.touch(target.rt.key, obj)
+    return apps.scale_of(obj)
 
 
 def _list(state: EmulatorState, cluster: ClusterState, target: Target, params: QueryParams) -> JSON:
@@ -121,7 +152,7 @@ def _list(state: EmulatorState, cluster: ClusterState, target: Target, params: Q
         raise kube_error(400, str(exc)) from exc
     items = [
         obj
-        for obj in cluster.store.iter(target.rt.plural, target.namespace)
+        for obj in cluster.store.iter(target.rt.key, target.namespace)
         if labels_match(labels, obj["metadata"].get("labels")) and fields(obj)
     ]
     items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
@@ -149,26 +180,51 @@ def _create(cluster: ClusterState, target: Target, body: Any, params: QueryParam
         )
     obj = prepare(rt, namespace, body)
     obj["metadata"]["uid"] = str(uuid.uuid4())
-    if rt.plural == "jobs":
+    if rt.key == "jobs":
         stamp_job_selector(obj)
-    if rt.plural == "pods":
+    if rt.key == "pods":
         admit_pod(cluster, obj)
+    _admit_create(rt, obj)
     if params.get("dryRun"):
         obj.update(kind=rt.kind, apiVersion=rt.api_version)
         return json_response(obj, 201)
     created = _add(cluster, rt, obj)
-    if rt.plural == "namespaces":
+    if rt.key == "namespaces":
         provision_namespace(cluster, created["metadata"]["name"])
+    if rt.key == CRD_PLURAL:
+        cluster.store.serve(served_types(created))
     return json_response(created, 201)
+
+
+def _admit_create(rt: ResourceType, obj: JSON) -> None:
+    """Custom objects, CRDs and apps workloads: validated and defaulted, their generation starts at 1."""
+    if rt.definition is not None:
+        if has_status(rt):
+            obj.pop("status", None)  # the status subresource alone writes status
+        crds.admit(rt, obj, None)
+    elif rt.key == CRD_PLURAL:
+        _check_definition(rt, obj)
+    elif rt.key in APPS:
+        apps.admit(rt, obj)
+    else:
+        return
+    obj["metadata"]["generation"] = 1
+
+
+def _check_definition(rt: ResourceType, crd: JSON) -> None:
+    errors = crds.check_definition(crd)
+    if errors:
+        raise crds.invalid_error(rt, crd["metadata"]["name"], errors)
+    crds.accept(crd)
 
 
 def _add(cluster: ClusterState, rt: ResourceType, obj: JSON) -> JSON:
     """Store the object, counting Job creations accepted and refused (a name that already exists)."""
-    if rt.plural != "jobs":
-        return cluster.store.add(rt.plural, obj)
+    if rt.key != "jobs":
+        return cluster.store.add(rt.key, obj)
     key = f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
     try:
-        created = cluster.store.add(rt.plural, obj)
+        created = cluster.store.add(rt.key, obj)
     except KubeError as error:
         cluster.job_creates_refused += error.code == 409
         raise
@@ -176,11 +232,26 @@ def _add(cluster: ClusterState, rt: ResourceType, obj: JSON) -> JSON:
     return created
 
 
-_IMMUTABLE_META = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "resourceVersion")
+_IMMUTABLE_META = (
+    "name",
+    "namespace",
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "resourceVersion",
+    "generation",
+)
 _IMMUTABLE_SPEC = {
     "jobs": ("template", "selector", "completionMode"),
     "pods": ("containers", "nodeName", "volumes"),
+    "deployments": ("selector",),
+    "statefulsets": ("selector",),
+    CRD_PLURAL: ("scope",),
 }
+_UNSUPPORTED_PATCH = (
+    "the body of the request was in an unknown format - accepted media types include: "
+    "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+)
 
 
 def _update(
@@ -188,6 +259,8 @@ def _update(
 ) -> JSON:
     """PUT or PATCH (main resource or /status); identity metadata and the other half stay untouched."""
     rt = target.rt
+    if rt.definition is not None and "strategic-merge-patch" in content_type:
+        raise KubeError(415, "UnsupportedMediaType", _UNSUPPORTED_PATCH)
     new = (
         _replacement(rt, target.name or "", obj, body)
         if method == "PUT"
@@ -203,12 +276,31 @@ def _update(
         new = dict(obj, status=new.get("status", {}))
     else:
         _check_immutable(rt, target.name or "", obj, new)
-        if "status" in obj:
-            new["status"] = obj["status"]
+        if has_status(rt):
+            new.pop("status", None)
+            if "status" in obj:
+                new["status"] = obj["status"]
+    _admit_update(rt, obj, new)
     obj.clear()
     obj.update(new)
-    cluster.store.touch(rt.plural, obj)
+    cluster.store.touch(rt.key, obj)
+    if rt.key == CRD_PLURAL:
+        cluster.store.serve(served_types(obj))
     return obj
+
+
+def _admit_update(rt: ResourceType, old: JSON, new: JSON) -> None:
+    """Validate the new state like a create, then count a spec change in metadata.generation."""
+    if rt.definition is not None:
+        crds.admit(rt, new, old)
+    elif rt.key == CRD_PLURAL:
+        _check_definition(rt, new)
+    elif rt.key in APPS:
+        apps.check_replicas(rt, new["metadata"]["name"], (new.get("spec") or {}).get("replicas"))
+    if "generation" in old["metadata"]:
+        new["metadata"]["generation"] = next_generation(old, new, status_apart=has_status(rt))
+    if rt.key in APPS:
+        apps.follow(rt, new)
 
 
 def _replacement(rt: ResourceType, name: str, obj: JSON, body: Any) -> JSON:
@@ -239,7 +331,7 @@ def _json_patch(obj: JSON, body: Any) -> JSON:
 
 
 def _check_immutable(rt: ResourceType, name: str, old: JSON, new: JSON) -> None:
-    for field in _IMMUTABLE_SPEC.get(rt.plural, ()):
+    for field in _IMMUTABLE_SPEC.get(rt.key, ()):
         if (old.get("spec") or {}).get(field) != (new.get("spec") or {}).get(field):
             kind = f'{rt.kind}.{rt.group or "core"} "{name}"'
             message = f"{kind} is invalid: spec.{field}: Invalid value: field is immutable"
@@ -263,20 +355,22 @@ def _delete(
     state: EmulatorState, cluster: ClusterState, rt: ResourceType, obj: JSON, params: QueryParams, body: Any
 ) -> Response:
     policy, grace = _delete_options(params, body)
-    if rt.plural == "jobs":
+    if rt.key == "jobs":
         gone = delete_job(state, cluster, obj, policy or "Orphan")
         return json_response(_success(rt, obj) if gone else obj)
-    if rt.plural == "pods":
+    if rt.key == "pods":
         delete_pod(state, cluster, obj, grace)
         return json_response(obj)
-    if rt.plural == "namespaces":
+    if rt.key == "namespaces":
         return json_response(_delete_namespace(state, cluster, obj))
-    if rt.plural == "nodes":
+    if rt.key == CRD_PLURAL:
+        cluster.store.forget(obj["metadata"]["name"])
+    if rt.key == "nodes":
         for pod in list(cluster.store.iter("pods")):
             if pod["spec"].get("nodeName") == obj["metadata"]["name"]:
                 fail_lost_pod(cluster, pod, obj["metadata"]["name"])
-    cluster.store.remove(rt.plural, obj)
-    returns_object = rt.plural in ("services", "serviceaccounts")  # ReturnDeletedObject in their registries
+    cluster.store.remove(rt.key, obj)
+    returns_object = rt.key in ("services", "serviceaccounts")  # ReturnDeletedObject in their registries
     return json_response(obj if returns_object else _success(rt, obj))
 
 
@@ -290,9 +384,10 @@ def _delete_namespace(state: EmulatorState, cluster: ClusterState, namespace: JS
         delete_job(state, cluster, job, "Background")
     for pod in list(cluster.store.iter("pods", name)):
         remove_pod(cluster, pod)
-    for plural in ("events", "services", "serviceaccounts"):
-        for obj in list(cluster.store.iter(plural, name)):
-            cluster.store.remove(plural, obj)
+    for key, rt in list(cluster.store.types.items()):
+        if rt.namespaced and key not in ("jobs", "pods"):
+            for obj in list(cluster.store.iter(key, name)):
+                cluster.store.remove(key, obj)
     namespace["status"] = {"phase": "Terminating"}
     cluster.store.remove("namespaces", namespace)
     return namespace
@@ -320,8 +415,9 @@ def _pod_log(cluster: ClusterState, pod: JSON, params: QueryParams) -> Response:
     return PlainTextResponse(text)
 
 
-def _discovery(state: EmulatorState, what: str) -> JSON:
-    if what == "version":
+def _discovery(state: EmulatorState, store: KubeStore, parts: list[str]) -> JSON:
+    """/version, /api, /api/v1, /apis, /apis/<group>, /apis/<group>/<version>: what the store serves now."""
+    if parts == ["version"]:
         return {
             "major": "1",
             "minor": "33",
@@ -329,16 +425,50 @@ def _discovery(state: EmulatorState, what: str) -> JSON:
             "platform": "linux/amd64",
             "goVersion": "go1.24",
         }
-    if what == "api":
+    if parts == ["api"]:
         return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+    versions: dict[str, list[str]] = {}
+    for group, version, _ in store.served:
+        if version not in versions.setdefault(group, []):
+            versions[group].append(version)
+    if parts == ["apis"]:
+        groups = [_api_group(g, vs) for g, vs in versions.items() if g]
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+    group = "" if parts[0] == "api" else parts[1]
+    if group not in versions or (len(parts) == 3 and parts[2] not in versions[group]):
+        raise kube_error(404, f"the server could not find the requested resource (path /{'/'.join(parts)})")
+    if len(parts) == 2 and parts[0] == "apis":
+        return dict(_api_group(group, versions[group]), kind="APIGroup", apiVersion="v1")
+    return _resource_list(store, group, parts[-1])
+
+
+def _api_group(group: str, versions: list[str]) -> JSON:
+    listed = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+    return {"name": group, "versions": listed, "preferredVersion": listed[0]}
+
+
+def _resource_list(store: KubeStore, group: str, version: str) -> JSON:
+    verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
+    resources: list[JSON] = []
+    for (g, v, plural), rt in store.served.items():
+        if (g, v) != (group, version):
+            continue
+        entry = {
+            "name": plural,
+            "singularName": rt.kind.lower(),
+            "namespaced": rt.namespaced,
+            "kind": rt.kind,
+        }
+        resources.append(dict(entry, verbs=verbs))
+        if has_status(rt):
+            resources.append(dict(entry, name=f"{plural}/status", verbs=["get", "patch", "update"]))
+        if rt.key in APPS:
+            scale = dict(entry, name=f"{plural}/scale", kind="Scale", group="autoscaling", version="v1")
+            resources.append(dict(scale, verbs=["get", "patch", "update"]))
+    group_version = f"{group}/{version}" if group else version
     return {
-        "kind": "APIGroupList",
+        "kind": "APIResourceList",
         "apiVersion": "v1",
-        "groups": [
-            {
-                "name": "batch",
-                "versions": [{"groupVersion": "batch/v1", "version": "v1"}],
-                "preferredVersion": {"groupVersion": "batch/v1", "version": "v1"},
-            }
-        ],
+        "groupVersion": group_version,
+        "resources": resources,
     }

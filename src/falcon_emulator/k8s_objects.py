@@ -35,8 +35,19 @@ def prepare(rt: ResourceType, namespace: str, body: Any) -> JSON:
         meta["namespace"] = namespace
     else:
         meta.pop("namespace", None)
-    _DEFAULTERS.get(rt.plural, _noop)(rt, body)
+    if rt.definition is None:
+        _DEFAULTERS.get(rt.plural, _noop)(rt, body)
     return body
+
+
+def next_generation(old: JSON, new: JSON, status_apart: bool) -> int:
+    """metadata.generation counts changes of the desired state: anything but metadata, and but status when a
+    status subresource writes it apart."""
+    ignored = ("metadata", "status") if status_apart else ("metadata",)
+    before = {k: v for k, v in old.items() if k not in ignored}
+    after = {k: v for k, v in new.items() if k not in ignored}
+    generation = int(old["metadata"].get("generation", 1))
+    return generation + 1 if before != after else generation
 
 
 def _noop(rt: ResourceType, body: JSON) -> None:

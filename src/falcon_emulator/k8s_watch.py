@@ -34,7 +34,7 @@ def open_watch(
         fields = parse_field_selector(params.get("fieldSelector"))
     except SelectorError as exc:
         raise kube_error(400, str(exc)) from exc
-    watcher = Watcher(rt.plural, namespace, labels, fields)
+    watcher = Watcher(rt.key, namespace, labels, fields)
     timeout = float(params.get("timeoutSeconds") or state.config.watch_max_seconds)
     bookmarks = params.get("allowWatchBookmarks") in ("true", "1", "True")
     try:

@@ -21,6 +21,13 @@ class ResourceType:
     plural: str
     kind: str
     namespaced: bool
+    definition: JSON | None = field(default=None, compare=False)  # the CRD version, for custom resources
+
+    @property
+    def key(self) -> str:
+        """Its bucket in the store: the plural of a built-in, plural.group of a custom resource (whose group
+        has a dot, so it never takes a built-in's place)."""
+        return self.plural if self.definition is None else self.qualified
 
     @property
     def api_version(self) -> str:
@@ -42,6 +49,11 @@ RESOURCES: dict[tuple[str, str], ResourceType] = {
         ResourceType("", "v1", "services", "Service", True),
         ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True),
         ResourceType("batch", "v1", "jobs", "Job", True),
+        ResourceType("apps", "v1", "deployments", "Deployment", True),
+        ResourceType("apps", "v1", "statefulsets", "StatefulSet", True),
+        ResourceType(
+            "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
+        ),
     )
 }
 BY_PLURAL: dict[str, ResourceType] = {rt.plural: rt for rt in RESOURCES.values()}
@@ -133,11 +145,40 @@ class KubeStore:
 
     def __init__(self, versions: ResourceVersions, history_size: int) -> None:
         self.versions = versions
-        self.objects: dict[str, dict[Key, JSON]] = {rt.plural: {} for rt in RESOURCES.values()}
+        self.types: dict[str, ResourceType] = dict(BY_PLURAL)  # by key
+        self.served: dict[tuple[str, str, str], ResourceType] = {
+            (rt.group, rt.version, rt.plural): rt for rt in RESOURCES.values()
+        }
+        self.objects: dict[str, dict[Key, JSON]] = {key: {} for key in self.types}
         self.history: deque[WatchEvent] = deque()
         self.history_size = history_size
         self.compacted_rv = 0
         self.watchers: set[Watcher] = set()
+
+    # -- custom resources --------------------------------------------------------------------
+    def resource(self, group: str, version: str, plural: str) -> ResourceType | None:
+        return self.served.get((group, version, plural))
+
+    def serve(self, versions: list[ResourceType]) -> None:
+        """Serve (or re-serve, after a CRD update) a custom resource's versions; its objects stay."""
+        key = versions[0].key
+        self.unserve(key)
+        for rt in versions:
+            self.served[(rt.group, rt.version, rt.plural)] = rt
+        self.types[key] = next((rt for rt in versions if (rt.definition or {}).get("storage")), versions[0])
+        self.objects.setdefault(key, {})
+
+    def unserve(self, key: str) -> None:
+        self.served = {k: rt for k, rt in self.served.items() if rt.key != key}
+
+    def forget(self, key: str) -> None:
+        """A deleted CRD: its objects go (DELETED to their watchers), its watches end, it is not served."""
+        for obj in list(self.iter(key)):
+            self.remove(key, obj)
+        for watcher in [w for w in self.watchers if w.plural == key]:
+            watcher.close()
+        self.unserve(key)
+        del self.objects[key], self.types[key]
 
     # -- reads -------------------------------------------------------------------------------
     def get(self, plural: str, namespace: str, name: str) -> JSON | None:
@@ -146,7 +187,7 @@ class KubeStore:
     def require(self, plural: str, namespace: str, name: str) -> JSON:
         obj = self.get(plural, namespace, name)
         if obj is None:
-            raise not_found(BY_PLURAL[plural], name)
+            raise not_found(self.types[plural], name)
         return obj
 
     def iter(self, plural: str, namespace: str | None = None) -> Iterator[JSON]:
@@ -156,7 +197,7 @@ class KubeStore:
 
     # -- writes ------------------------------------------------------------------------------
     def add(self, plural: str, obj: JSON) -> JSON:
-        rt = BY_PLURAL[plural]
+        rt = self.types[plural]
         meta = obj.setdefault("metadata", {})
         key = (meta.get("namespace", "") if rt.namespaced else "", meta["name"])
         if key in self.objects[plural]:
@@ -184,7 +225,7 @@ class KubeStore:
 
     def remove(self, plural: str, obj: JSON) -> None:
         meta = obj["metadata"]
-        key = (meta.get("namespace", "") if BY_PLURAL[plural].namespaced else "", meta["name"])
+        key = (meta.get("namespace", "") if self.types[plural].namespaced else "", meta["name"])
         if self.objects[plural].pop(key, None) is not None:
             self._publish(plural, "DELETED", obj)
 
