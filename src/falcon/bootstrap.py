@@ -11,9 +11,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
+from typing import TYPE_CHECKING
+
+from kubernetes import client as k8s
 
 from falcon.adapters.clock import SystemClock
-from falcon.adapters.compute import Reservations, WorkloadPolicies
 from falcon.adapters.credentials import (
     gke_client,
     google_credentials,
@@ -24,12 +26,16 @@ from falcon.adapters.credentials import (
 from falcon.adapters.db.store import SqlTaskStore
 from falcon.adapters.gke import GkeNodePools
 from falcon.adapters.k8s import KubernetesJobs
-from falcon.adapters.runs import DeploymentLauncher
-from falcon.adapters.slots import PrefectSlots
+from falcon.adapters.metrics import PrometheusTidalMetrics
+from falcon.adapters.tidal_k8s import TidalKubernetes
 from falcon.domain.model import Cluster
 from falcon.services.context import Services
 from falcon.services.ports import Launcher
+from falcon.services.tidal import ClusterWorkers, Log, TidalConfig, TidalController
 from falcon.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from falcon.adapters.compute import Reservations, WorkloadPolicies
 
 
 class Gateways:
@@ -37,8 +43,10 @@ class Gateways:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self._kubernetes: dict[str, k8s.ApiClient] = {}
         self._jobs: dict[str, KubernetesJobs] = {}
-        self._lock = threading.Lock()
+        self._tidal: dict[str, TidalKubernetes] = {}
+        self._lock = threading.RLock()  # kubernetes_api is taken under it, and alone
 
     @cached_property
     def _credentials(self):  # type: ignore[no-untyped-def]
@@ -50,27 +58,52 @@ class Gateways:
 
     @cached_property
     def reservations(self) -> Reservations:
+        from falcon.adapters.compute import Reservations  # the Compute client: seconds to import
+
         client = reservations_client(self.settings, self._credentials)
         return Reservations(client, self.settings.api_timeout_seconds)
 
     @cached_property
     def workload_policies(self) -> WorkloadPolicies:
+        from falcon.adapters.compute import WorkloadPolicies
+
         client = resource_policies_client(self.settings, self._credentials)
         return WorkloadPolicies(client, self.settings.api_timeout_seconds)
 
     def jobs(self, cluster: Cluster) -> KubernetesJobs:
-        """The Kubernetes API of one edge cluster, located through GKE on first use."""
+        """Falcon's Jobs, pods and Services on one edge cluster."""
         with self._lock:
             if cluster.id not in self._jobs:
-                endpoint = self.node_pools.endpoint(cluster)
-                api = kubernetes_client(
-                    self.settings, self._credentials, endpoint.endpoint, endpoint.ca_certificate_b64
-                )
+                api = self.kubernetes_api(cluster)
                 self._jobs[cluster.id] = KubernetesJobs(api, self.settings.api_timeout_seconds)
             return self._jobs[cluster.id]
 
+    def tidal(self, cluster: Cluster) -> TidalKubernetes:
+        """The TidalSchedulers of one edge cluster and the workloads they scale."""
+        with self._lock:
+            if cluster.id not in self._tidal:
+                api = self.kubernetes_api(cluster)
+                timeouts = self.settings.api_timeout_seconds, self.settings.tidal_watch_seconds
+                self._tidal[cluster.id] = TidalKubernetes(api, *timeouts)
+            return self._tidal[cluster.id]
+
+    def kubernetes_api(self, cluster: Cluster) -> k8s.ApiClient:
+        """The Kubernetes API of one edge cluster, located through GKE on first use."""
+        with self._lock:
+            if cluster.id not in self._kubernetes:
+                endpoint = self.node_pools.endpoint(cluster)
+                self._kubernetes[cluster.id] = kubernetes_client(
+                    self.settings, self._credentials, endpoint.endpoint, endpoint.ca_certificate_b64
+                )
+            return self._kubernetes[cluster.id]
+
 
 def build_services(settings: Settings, launcher: Launcher | None = None) -> Services:
+    # Prefect is imported here, not above: `falcon tidal` reaches the clusters through Gateways
+    # and has no use for it (importing Prefect is seconds of a command's start).
+    from falcon.adapters.runs import DeploymentLauncher
+    from falcon.adapters.slots import PrefectSlots
+
     gateways = Gateways(settings)
     return Services(
         settings=settings,
@@ -83,6 +116,24 @@ def build_services(settings: Settings, launcher: Launcher | None = None) -> Serv
         launcher=launcher or DeploymentLauncher(),
         clock=SystemClock(),
     )
+
+
+def build_tidal_controller(settings: Settings, log: Log) -> tuple[TidalController, ClusterWorkers]:
+    """The TidalScheduler controller over the registry's clusters; the caller closes the workers
+    once the controller's run is over."""
+    gateways = Gateways(settings)
+    store = SqlTaskStore(settings.resolved_database_url)
+    workers = ClusterWorkers(settings.tidal_workers_per_cluster)
+    controller = TidalController(
+        store.clusters,
+        gateways.tidal,
+        SystemClock(),
+        TidalConfig.of(settings),
+        PrometheusTidalMetrics(),
+        log,
+        workers.submit,
+    )
+    return controller, workers
 
 
 _services: Services | None = None

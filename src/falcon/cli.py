@@ -14,6 +14,7 @@ import typer
 
 from falcon.adapters.clock import utc_now
 from falcon.domain.model import Cluster, ClusterStatus, is_zone, region_of
+from falcon.tidal_cli import tidal_app
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -61,6 +62,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(task_app, name="task")
 app.add_typer(emulator_app, name="emulator")
+app.add_typer(tidal_app, name="tidal")
 
 
 def _database_url() -> str:

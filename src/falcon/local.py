@@ -100,37 +100,48 @@ def emulator(config: Path | None, port: int, data_dir: Path) -> Iterator[str]:
         yield server.url
 
 
+# Deployment name -> entrypoint of the flows that loop for a whole run (see prefect.yaml).
+LONG_RUNNING = {
+    "dispatcher": "flows/dispatcher.py:dispatcher",
+    "tidal-controller": "flows/tidal.py:tidal_controller",
+}
+
+
 def serve_deployments() -> None:
-    """Serve the dispatcher (scheduled, never two at once, replaced at once when it crashes) and
-    the per-task flows; blocks. The dispatcher is served as prefect.yaml deploys it."""
+    """Serve the long-running flows (the dispatcher and the tidal controller: scheduled, never two
+    at once, replaced at once when they crash, as prefect.yaml deploys them) and the per-task
+    flows; blocks."""
     from prefect import serve
     from prefect.flows import load_flow_from_entrypoint
 
     os.chdir(PROJECT_DIR)
     served_since = utc_now()
-    dispatcher: Flow[..., Any] = load_flow_from_entrypoint("flows/dispatcher.py:dispatcher")
     lifecycle: Flow[..., Any] = load_flow_from_entrypoint("flows/lifecycle.py:task_lifecycle")
     release: Flow[..., Any] = load_flow_from_entrypoint("flows/lifecycle.py:task_release")
-    deployed = dispatcher_deployment()
-    threading.Thread(
-        target=_start_dispatcher_now, args=(deployed["parameters"], served_since), daemon=True
-    ).start()
+    long_running = []
+    for name, entrypoint in LONG_RUNNING.items():
+        deployed = prefect_yaml_deployment(name)
+        flow: Flow[..., Any] = load_flow_from_entrypoint(entrypoint)
+        long_running.append(_sync(flow.to_deployment)(name, **long_running_options(deployed)))
+        threading.Thread(
+            target=_start_now, args=(flow.name, name, deployed["parameters"], served_since), daemon=True
+        ).start()
     serve(
-        _sync(dispatcher.to_deployment)("dispatcher", **dispatcher_options(deployed)),
+        *long_running,
         _sync(lifecycle.to_deployment)("task-lifecycle"),
         _sync(release.to_deployment)("task-release"),
         limit=int(os.environ.get("FALCON_RUNNER_LIMIT", "25")),
     )
 
 
-def dispatcher_deployment() -> dict[str, Any]:
-    """The dispatcher's entry in prefect.yaml: what `prefect deploy` rolls out."""
+def prefect_yaml_deployment(name: str) -> dict[str, Any]:
+    """A deployment's entry in prefect.yaml: what `prefect deploy` rolls out."""
     config = yaml.safe_load((PROJECT_DIR / "prefect.yaml").read_text())
-    return next(d for d in config["deployments"] if d["name"] == "dispatcher")
+    return next(d for d in config["deployments"] if d["name"] == name)
 
 
-def dispatcher_options(deployed: dict[str, Any]) -> dict[str, Any]:
-    """prefect.yaml's dispatcher entry as Flow.to_deployment's arguments."""
+def long_running_options(deployed: dict[str, Any]) -> dict[str, Any]:
+    """prefect.yaml's entry of a long-running flow as Flow.to_deployment's arguments."""
     from prefect.client.schemas.objects import ConcurrencyLimitConfig
     from prefect.events.schemas.deployment_triggers import DeploymentEventTrigger
 
@@ -148,23 +159,23 @@ def _sync(method: Callable[..., Any]) -> Callable[..., RunnerDeployment]:
     return cast(Callable[..., RunnerDeployment], method)
 
 
-def _start_dispatcher_now(parameters: dict[str, Any], served_since: datetime) -> None:
-    """Do not wait for the first scheduled tick: start a dispatcher run as soon as it is served,
+def _start_now(flow_name: str, deployment: str, parameters: dict[str, Any], served_since: datetime) -> None:
+    """Do not wait for the first scheduled tick: start a run as soon as the deployment is served,
     after crashing the runs a killed predecessor of this runner left behind."""
     from prefect.deployments import run_deployment
 
     for _ in range(120):
         try:
-            _crash_runs_of_a_dead_runner(served_since)
-            run_deployment("dispatcher/dispatcher", timeout=0, as_subflow=False, parameters=parameters)
+            _crash_runs_of_a_dead_runner(deployment, served_since)
+            run_deployment(f"{flow_name}/{deployment}", timeout=0, as_subflow=False, parameters=parameters)
             return
         except Exception:
             time.sleep(1)
 
 
-def _crash_runs_of_a_dead_runner(served_since: datetime) -> None:
-    """Dispatcher runs that entered Running or Pending before this runner started belong to a
-    runner that was killed (only one serves the dispatcher here). Left alone they would hold the
+def _crash_runs_of_a_dead_runner(deployment: str, served_since: datetime) -> None:
+    """Runs of a long-running deployment that entered Running or Pending before this runner started
+    belong to a runner that was killed (only one serves them here). Left alone they would hold the
     deployment's concurrency slot, and every new run would be cancelled until its lease expired."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
@@ -179,7 +190,7 @@ def _crash_runs_of_a_dead_runner(served_since: datetime) -> None:
 
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs(
-            deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["dispatcher"])),
+            deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment])),
             flow_run_filter=FlowRunFilter(
                 state=FlowRunFilterState(
                     type=FlowRunFilterStateType(any_=[StateType.RUNNING, StateType.PENDING])

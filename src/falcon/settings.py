@@ -110,6 +110,32 @@ class Settings(BaseSettings):
     retry_release_base_seconds: float = Field(default=2.0, ge=0)
     retry_release_cap_seconds: float = Field(default=60.0, ge=0)
 
+    # -- the TidalScheduler controller (oFEP-0033)
+    tidal_catch_up_seconds: int = Field(
+        default=86400,
+        ge=1,
+        description="after downtime the latest missed fire is applied if at most this old (like a "
+        "CronJob's startingDeadlineSeconds)",
+    )
+    tidal_scale_targets: bool = Field(
+        default=False, description="patch every target's /scale at a fire, not only annotated objects'"
+    )
+    tidal_run_seconds: float = Field(
+        default=3540.0, gt=0, description="one controller flow run follows the clusters this long"
+    )
+    tidal_watch_seconds: int = Field(
+        default=60, gt=0, description="each watch request lasts at most this long, then resumes"
+    )
+    tidal_retry_seconds: float = Field(
+        default=30.0, gt=0, description="a failed evaluation, or a missing target, is tried again after this"
+    )
+    tidal_cluster_refresh_seconds: float = Field(
+        default=60.0, gt=0, description="how often the registry is read for clusters to follow"
+    )
+    tidal_workers_per_cluster: int = Field(
+        default=8, gt=0, description="evaluations (API calls) under way at once on one cluster"
+    )
+
     @property
     def node_pool_retry(self) -> RetryPolicy:
         return RetryPolicy(

@@ -71,7 +71,7 @@ def test_the_probes_answer_200_or_503_with_what_failed() -> None:
             503,
             {"status": "failing", "checks": {"database": "ConnectionRefusedError: gone"}},
         )
-        assert get(port, "/metrics")[0] == 404
+        assert get(port, "/nowhere")[0] == 404
 
 
 def test_the_database_check_fails_once_the_sqlite_file_is_gone(tmp_path: Path) -> None:

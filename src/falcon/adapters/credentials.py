@@ -12,15 +12,18 @@ from __future__ import annotations
 import base64
 import tempfile
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import google.auth
 import google.auth.transport.requests
 from google.auth.credentials import AnonymousCredentials, Credentials
-from google.cloud import compute_v1, container_v1
+from google.cloud import container_v1
 from kubernetes import client as k8s
 
 from falcon.settings import Settings
+
+if TYPE_CHECKING:  # ~2 s of imports that `falcon tidal` (Kubernetes only) never needs
+    from google.cloud import compute_v1
 
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 
@@ -48,6 +51,8 @@ def gke_client(settings: Settings, credentials: Credentials) -> container_v1.Clu
 
 
 def reservations_client(settings: Settings, credentials: Credentials) -> compute_v1.ReservationsClient:
+    from google.cloud import compute_v1
+
     return compute_v1.ReservationsClient(credentials=credentials, client_options=_client_options(settings))
 
 
@@ -55,6 +60,8 @@ def resource_policies_client(
     settings: Settings, credentials: Credentials
 ) -> compute_v1.ResourcePoliciesClient:
     """Compute resource policies: where the TPU7x workload policies live."""
+    from google.cloud import compute_v1
+
     return compute_v1.ResourcePoliciesClient(
         credentials=credentials, client_options=_client_options(settings)
     )

@@ -1,8 +1,9 @@
-"""Kubernetes probes for the dispatcher's process: ``GET /livez`` and ``GET /readyz`` over the
-standard library's HTTP server, on a thread of their own so a wedged dispatcher loop can still
-be reported as such; and the readiness checks of the database and the Prefect API.
+"""Kubernetes probes for a long-running flow's process (the dispatcher, the tidal controller):
+``GET /livez`` and ``GET /readyz`` over the standard library's HTTP server, on a thread of their
+own so a wedged loop can still be reported as such; the readiness checks of the database and the
+Prefect API; and ``GET /metrics``, prometheus_client's default registry in its text format.
 
-200 when healthy, 503 otherwise; the JSON body names every check and what failed.
+Probes answer 200 when healthy, 503 otherwise; the JSON body names every check and what failed.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Protocol
 
 import sqlalchemy as sa
 from prefect.client.orchestration import get_client
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from sqlalchemy.pool import NullPool
 
 
@@ -42,18 +44,24 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
     def do_GET(self) -> None:
-        probe = self.server.routes.get(self.path.split("?", 1)[0])
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._send(200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY))
+            return
+        probe = self.server.routes.get(path)
         if probe is None:
-            self._reply(404, {"status": "unknown path", "paths": sorted(self.server.routes)})
+            self._reply(404, {"status": "unknown path", "paths": [*sorted(self.server.routes), "/metrics"]})
             return
         answer = probe()
         status = "ok" if answer.healthy else "failing"
         self._reply(200 if answer.healthy else 503, {"status": status, "checks": dict(answer.checks)})
 
     def _reply(self, code: int, body: dict[str, object]) -> None:
-        data = json.dumps(body).encode()
+        self._send(code, "application/json", json.dumps(body).encode())
+
+    def _send(self, code: int, content_type: str, data: bytes) -> None:
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -64,7 +72,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @contextmanager
 def serving_health(port: int, live: Probe, ready: Probe) -> Iterator[int]:
-    """Serve ``/livez`` and ``/readyz`` on ``port`` (0: any free one) for the block; yields the port."""
+    """Serve ``/livez``, ``/readyz`` and ``/metrics`` on ``port`` (0: any free one) for the block;
+    yields the port."""
     server = _Server(port, {"/livez": live, "/readyz": ready})
     thread = threading.Thread(target=server.serve_forever, args=(0.1,), name="health", daemon=True)
     thread.start()
