@@ -324,3 +324,17 @@ def test_last_transition_time_moves_only_when_the_condition_flips() -> None:
     assert since(ready_since) == since(after_fire) == "2026-03-02T09:00:00Z"
     assert since(gone) == "2026-03-02T10:05:00Z"
     assert since(back) == "2026-03-02T10:10:00Z"
+
+
+def test_in_a_repeated_hour_the_next_trigger_is_the_earliest_instant_not_the_earliest_wall_clock() -> None:
+    """New York, 2026-11-01, 01:00-01:59 happens twice. At 01:20 EDT the fixed-hour rule's 01:30 EDT
+    (05:30Z) comes before the hourly rule's second 01:10, in EST (06:10Z), though 01:10 reads earlier."""
+    obj = scheduler(
+        [
+            {"name": "hourly", "cron": "CRON_TZ=America/New_York 0 10 * * * *", "replicas": 2},
+            {"name": "half-past-one", "cron": "CRON_TZ=America/New_York 0 30 1 * * *", "replicas": 3},
+        ]
+    )
+    status = evaluate(obj, datetime(2026, 11, 1, 5, 20, tzinfo=UTC), True, DAY).status
+    assert (status.next_trigger_time, status.next_trigger_rule) == ("2026-11-01T05:30:00Z", "half-past-one")
+    assert (status.last_trigger_time, status.last_triggered_rule) == ("2026-11-01T05:10:00Z", "hourly")

@@ -302,9 +302,11 @@ def _schedule(expression: str) -> CronSchedule:
 def _fires_around(expression: str, second: datetime, catch_up: timedelta) -> tuple[datetime | None, datetime]:
     """A rule's latest fire at or before ``second`` (no older than ``catch_up``) and its next one
     after it. Fires fall on whole seconds, so every evaluation within one second gets the same
-    answer: objects that share rules (a fleet of them at 09:00) compute it once."""
+    answer: objects that share rules (a fleet of them at 09:00) compute it once. Both come back in
+    UTC: fires of one zone compare by wall clock in Python, wrong inside a repeated hour (PEP 495)."""
     schedule = _schedule(expression)
-    return schedule.previous_at_or_before(second, catch_up), schedule.next_after(second)
+    latest = schedule.previous_at_or_before(second, catch_up)
+    return (latest and latest.astimezone(UTC)), schedule.next_after(second).astimezone(UTC)
 
 
 def validate(obj: TidalScheduler, target_exists: bool) -> tuple[Problem | None, str]:
