@@ -63,32 +63,53 @@ def apply(
     filename: Annotated[Path, typer.Option("-f", "--filename", exists=True, dir_okay=False, readable=True)],
     cluster: Annotated[str, typer.Option(help="a registered cluster's name (or id)")],
 ) -> None:
-    """Create or update the TidalScheduler(s) of a YAML file on a cluster."""
+    """Create or update the TidalScheduler(s) of a YAML file on a cluster; the file may also hold
+    the TidalScheduler CRD (infra/tidal-scheduler/crd.yaml), which is installed first."""
     import yaml
 
-    from falcon.domain.errors import FalconError
-    from falcon.domain.tidal import API_VERSION, KIND
-
     api = _tidal_api(_clusters(cluster)[0])
-    refused = 0
-    for manifest in (doc for doc in yaml.safe_load_all(filename.read_text()) if doc):
-        if not isinstance(manifest, dict) or (manifest.get("apiVersion"), manifest.get("kind")) != (
-            API_VERSION,
-            KIND,
-        ):
-            typer.echo(f"falcon tidal apply: skipped a document that is not a {API_VERSION} {KIND}", err=True)
-            refused += 1
-            continue
-        metadata = manifest.setdefault("metadata", {})
-        metadata.setdefault("namespace", "default")
-        where = f"{metadata['namespace']}/{metadata.get('name')}"
-        try:
-            typer.echo(f"tidalscheduler {where} {api.apply(manifest)}")
-        except FalconError as error:
-            typer.echo(f"falcon tidal apply: {where} refused: {error}", err=True)
-            refused += 1
+    documents = [doc for doc in yaml.safe_load_all(filename.read_text()) if doc]
+    refused = sum(not _apply_one(api, doc) for doc in sorted(documents, key=_definitions_first))
     if refused:
         raise typer.Exit(code=1)
+
+
+def _definitions_first(document: Any) -> bool:
+    return not _is_definition(document)
+
+
+def _is_definition(document: Any) -> bool:
+    from falcon.domain.tidal import CRD_NAME
+
+    return isinstance(document, dict) and (
+        document.get("kind") == "CustomResourceDefinition"
+        and document.get("metadata", {}).get("name") == CRD_NAME
+    )
+
+
+def _apply_one(api: TidalKubernetes, document: Any) -> bool:
+    """Apply one document and say so; False (and why, on stderr) when it was not applied."""
+    from falcon.domain.errors import FalconError
+    from falcon.domain.tidal import API_VERSION, CRD_NAME, KIND
+
+    if _is_definition(document):
+        kind, where, action = "customresourcedefinition", CRD_NAME, api.install_definition
+    elif isinstance(document, dict) and (document.get("apiVersion"), document.get("kind")) == (
+        API_VERSION,
+        KIND,
+    ):
+        metadata = document.setdefault("metadata", {})
+        metadata.setdefault("namespace", "default")
+        kind, where, action = "tidalscheduler", f"{metadata['namespace']}/{metadata.get('name')}", api.apply
+    else:
+        typer.echo(f"falcon tidal apply: skipped a document that is not a {API_VERSION} {KIND}", err=True)
+        return False
+    try:
+        typer.echo(f"{kind} {where} {action(document)}")
+    except FalconError as error:
+        typer.echo(f"falcon tidal apply: {where} refused: {error}", err=True)
+        return False
+    return True
 
 
 @tidal_app.command("list")

@@ -24,6 +24,7 @@ from falcon_emulator.server import EmulatorServer
 from tests.integration.harness import CLUSTER, clean_env
 from tests.integration.test_tidal_controller import (
     EVERY_2_SECONDS,
+    ROOT,
     controller_running,
     install_tidal,
     status_of,
@@ -62,15 +63,19 @@ def test_apply_list_and_status_on_a_registered_cluster(tmp_path: Path, emulator:
     env = {"FALCON_HOME": str(home), "FALCON_EMULATOR_URL": emulator.url}
     settings = Settings(home=home, emulator_url=emulator.url, tidal_watch_seconds=2)
     register(settings.resolved_database_url)
-    install_tidal(settings)
+    install_tidal(settings, crd=False)
     good = tidal_object("tide", [{"name": "tick", "cron": EVERY_2_SECONDS, "replicas": 3}])
     bad = tidal_object("no-zone", [{"name": "tick", "cron": "0 0 9 * * *", "replicas": 3}])
-    (tmp_path / "tides.yaml").write_text(yaml.safe_dump_all([good, bad]))
+    crd = yaml.safe_load((ROOT / "infra/tidal-scheduler/crd.yaml").read_text())
+    (tmp_path / "tides.yaml").write_text(yaml.safe_dump_all([good, bad, crd]))  # the CRD goes first
 
     applied = falcon(tmp_path, "tidal", "apply", "-f", "tides.yaml", "--cluster", "edge-a", **env)
 
-    assert applied.returncode == 1  # one of the two was refused
-    assert applied.stdout == "tidalscheduler production/tide created\n"
+    assert applied.returncode == 1  # one of the three was refused
+    assert applied.stdout.splitlines() == [
+        "customresourcedefinition tidalschedulers.scheduling.tidal.io created",
+        "tidalscheduler production/tide created",
+    ]
     assert applied.stderr.startswith("falcon tidal apply: production/no-zone refused: ")
     assert "cron must start with CRON_TZ=<IANA zone>" in applied.stderr
 

@@ -62,11 +62,13 @@ def settings(emulator: EmulatorServer, tmp_path: Path, monkeypatch: pytest.Monke
     get_settings.cache_clear()
 
 
-def install_tidal(settings: Settings) -> k8s.ApiClient:
-    """The CRD from infra/, the namespace ``production`` and its Deployment ``web`` at 1 replica."""
+def install_tidal(settings: Settings, crd: bool = True) -> k8s.ApiClient:
+    """The CRD from infra/ (unless ``crd`` is False), the namespace ``production`` and its
+    Deployment ``web`` at 1 replica."""
     api = Gateways(settings).kubernetes_api(CLUSTER)
-    crd = yaml.safe_load((ROOT / "infra/tidal-scheduler/crd.yaml").read_text())
-    k8s.ApiextensionsV1Api(api).create_custom_resource_definition(crd)
+    if crd:
+        definition = yaml.safe_load((ROOT / "infra/tidal-scheduler/crd.yaml").read_text())
+        k8s.ApiextensionsV1Api(api).create_custom_resource_definition(definition)
     k8s.CoreV1Api(api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name="production")))
     labels = {"app": "web"}
     deployment = {

@@ -24,6 +24,7 @@ class TidalKubernetes:
     def __init__(self, api_client: k8s.ApiClient, timeout: float, watch_seconds: int) -> None:
         self._objects = k8s.CustomObjectsApi(api_client)
         self._apps = k8s.AppsV1Api(api_client)
+        self._extensions = k8s.ApiextensionsV1Api(api_client)
         self._timeout = timeout
         self._watch_seconds = watch_seconds
 
@@ -137,6 +138,31 @@ class TidalKubernetes:
         with kubernetes_errors(f"update TidalScheduler {namespace}/{name}"):
             self._objects.replace_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL, name, body, _request_timeout=self._timeout
+            )
+        return "configured"
+
+    def install_definition(self, manifest: Mapping[str, Any]) -> str:
+        """Create the TidalScheduler CRD, or replace the one there (kubectl apply's job; here for
+        clusters without kubectl at hand, such as the emulator's); "created" or "configured"."""
+        name = manifest["metadata"]["name"]
+        try:
+            with kubernetes_errors(f"create CustomResourceDefinition {name}"):
+                self._extensions.create_custom_resource_definition(
+                    dict(manifest),  # type: ignore[arg-type]
+                    _request_timeout=self._timeout,
+                )
+            return "created"
+        except ConflictError:
+            pass
+        with kubernetes_errors(f"get CustomResourceDefinition {name}"):
+            current = self._extensions.read_custom_resource_definition(name, _request_timeout=self._timeout)
+        version = current.metadata.resource_version if current.metadata else None
+        body = {**manifest, "metadata": {**manifest["metadata"], "resourceVersion": version}}
+        with kubernetes_errors(f"update CustomResourceDefinition {name}"):
+            self._extensions.replace_custom_resource_definition(
+                name,
+                body,  # type: ignore[arg-type]
+                _request_timeout=self._timeout,
             )
         return "configured"
 

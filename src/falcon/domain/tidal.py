@@ -25,6 +25,7 @@ VERSION = "v1alpha1"
 PLURAL = "tidalschedulers"
 KIND = "TidalScheduler"
 API_VERSION = f"{GROUP}/{VERSION}"
+CRD_NAME = f"{PLURAL}.{GROUP}"
 SCALE_ANNOTATION = f"{GROUP}/scale-target"  # "true": the controller also patches the target's /scale
 RECOMMENDED_MAX_RULES = 100  # oFEP §9: more still works, but gets a warning condition
 # Targets whose existence (and /scale) the controller can reach: apps/v1 kind -> resource plural.

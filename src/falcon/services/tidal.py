@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from falcon.domain.errors import NotFoundError
 from falcon.domain.model import Cluster, ClusterStatus
 from falcon.domain.tidal import (
     READY,
@@ -126,6 +127,14 @@ def follow(
                         sink(Watched(cluster.id, kind, obj))
         except ResourceVersionGone:
             log.info("event=tidal_relist cluster=%s", cluster.name)
+        except NotFoundError:  # the API server does not serve the resource: no CRD there
+            log.warning(
+                "event=tidal_crd_missing cluster=%s hint='falcon tidal apply -f "
+                "infra/tidal-scheduler/crd.yaml --cluster %s (or kubectl apply)'",
+                cluster.name,
+                cluster.name,
+            )
+            stop.wait(retry_seconds)
         except Exception as exc:  # the cluster's trouble: logged, tried again, never the others'
             log.warning("event=tidal_watch_failed cluster=%s error=%s", cluster.name, exc)
             stop.wait(retry_seconds)
