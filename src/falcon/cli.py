@@ -5,19 +5,18 @@ from __future__ import annotations
 import gc
 import json
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from falcon.adapters.clock import utc_now
+from falcon.cli_db import database, database_url
 from falcon.domain.model import Cluster, ClusterStatus, is_zone, region_of
 from falcon.tidal_cli import tidal_app
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
+    pass
 
 # Each command imports what it uses, inside its function: `falcon --help` loads neither the
 # settings nor the database layer, the database commands load no Prefect and no cloud client
@@ -65,44 +64,13 @@ app.add_typer(emulator_app, name="emulator")
 app.add_typer(tidal_app, name="tidal")
 
 
-def _database_url() -> str:
-    from falcon.settings import get_settings
-
-    return get_settings().resolved_database_url
-
-
-@contextmanager
-def _db() -> Iterator[Session]:
-    """One unit of work on the configured database.
-
-    A database Falcon never migrated (a fresh SQLite file under FALCON_HOME, a new MySQL schema)
-    is migrated first; one at an older revision is used as it is, with a hint on stderr: moving a
-    shared database to a newer schema is `falcon db upgrade`'s job, done at rollout, not a side
-    effect of `falcon task list` run with a newer falcon than the dispatcher's. Alembic is imported
-    only when a migration runs."""
-    from falcon.adapters.db.migrate import SchemaState, schema_state, upgrade
-    from falcon.adapters.db.session import engine_for, session_scope
-
-    url = _database_url()
-    try:
-        state = schema_state(url)
-        if state is SchemaState.NEW:
-            upgrade(url)
-        elif state is SchemaState.BEHIND:
-            typer.echo("falcon: the database schema is behind this falcon; run `falcon db upgrade`", err=True)
-        with session_scope(url) as session:
-            yield session
-    finally:
-        engine_for(url).dispose()  # closes the SQLite connection now: its WAL is checkpointed
-
-
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Migrate the database named by FALCON_DATABASE_URL to the latest schema."""
     _short_lived()
     from falcon.adapters.db.migrate import upgrade
 
-    upgrade(_database_url())
+    upgrade(database_url())
     typer.echo("database is up to date")
 
 
@@ -138,7 +106,7 @@ def cluster_add(
             ReservationRef.parse(reservation, project)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--reservation") from exc
-    with _db() as session:
+    with database() as session:
         if repo.find_cluster(session, name, project, location):
             typer.echo(f"cluster {project}/{location}/{name} is already registered")
             return
@@ -175,7 +143,7 @@ def cluster_list() -> None:
     _short_lived()
     from falcon.adapters.db import repository as repo
 
-    with _db() as session:
+    with database() as session:
         for c in repo.list_clusters(session):
             typer.echo(
                 f"{c.id}  {c.project}/{c.location}/{c.name}  {c.tpu_type}  {c.status.value}  "
@@ -203,7 +171,7 @@ def task_submit(
     pairs = dict(item.split("=", 1) for item in env or [])
     spec = {"image": image, "command": command, "args": [], "env": pairs, "topology": topology}
     new_id = task_id or f"task-{uuid.uuid4().hex[:12]}"
-    with _db() as session:
+    with database() as session:
         repo.insert_task(
             session,
             task_id=new_id,
@@ -222,7 +190,7 @@ def task_list(limit: int = 50) -> None:
     _short_lived()
     from falcon.adapters.db import repository as repo
 
-    with _db() as session:
+    with database() as session:
         tasks = repo.list_tasks(session, limit)
     for t in tasks:
         reason = t.reason or ""
@@ -236,7 +204,7 @@ def task_show(task_id: str) -> None:
     _short_lived()
     from falcon.adapters.db import repository as repo
 
-    with _db() as session:
+    with database() as session:
         task = repo.get_task(session, task_id)
         progress = repo.get_progress(session, task_id)
     if task is None:
@@ -254,7 +222,7 @@ def task_abort(task_id: str) -> None:
     from falcon.adapters.db import repository as repo
 
     now = utc_now()
-    with _db() as session:
+    with database() as session:
         moved = repo.request_abort(session, task_id, now)
     typer.echo("abort requested" if moved else f"task {task_id} is not active")
 

@@ -110,6 +110,14 @@ class Settings(BaseSettings):
     retry_release_base_seconds: float = Field(default=2.0, ge=0)
     retry_release_cap_seconds: float = Field(default=60.0, ge=0)
 
+    # -- tidal warm pools
+    warm_retry_seconds: float = Field(
+        default=600.0,
+        ge=0,
+        description="after a warm pool failed to be created (stockout, unusable reservation), its "
+        "queue is not warmed again for this long",
+    )
+
     # -- the TidalScheduler controller (oFEP-0033)
     tidal_catch_up_seconds: int = Field(
         default=86400,

@@ -4,6 +4,7 @@ Prefect server records them), no runner or deployment needed."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,7 @@ class InProcessLauncher:
         self._acquire, self._release = acquire, release
         self._threads: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
+        self._warm_runs = itertools.count(1)
 
     def _start(self, key: str, target: Callable[..., Any], **kwargs: Any) -> str:
         with self._lock:
@@ -42,6 +44,12 @@ class InProcessLauncher:
 
     def start_release(self, task_id: str, attempt: int) -> str:
         return self._start(f"release-{task_id}-{attempt}", self._release, task_id=task_id)
+
+    def start_warm(self, queue: Any) -> str:
+        from flows.warming import warm_pools
+
+        key = f"warm-{queue.cluster_id}-{queue.topology}-{next(self._warm_runs)}"
+        return self._start(key, warm_pools, cluster_id=queue.cluster_id, topology=queue.topology)
 
     def is_alive(self, run_id: str) -> bool:
         thread = self._threads.get(run_id)

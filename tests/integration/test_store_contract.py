@@ -30,6 +30,7 @@ from falcon.domain.lifecycle import (
 from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, Task
 from falcon.domain.scheduling import WaitingTask
 from falcon.domain.status import IllegalTransitionError, Reason, Status
+from falcon.domain.warm_pools import WarmRule
 from falcon.services.ports import TaskStore
 from tests.unit.fakes import FakeClock, MemoryTaskStore, cluster, spec_for
 
@@ -425,3 +426,48 @@ def test_cluster_locked_writes_stay_invisible_outside_until_the_block_ends(
         assert row(store, "t1").reason is None  # another transaction reads the last commit
         assert progress(store, "t1") is None
     assert row(store, "t1").reason is Reason.WAITING
+
+
+# -- tidal warm pools ------------------------------------------------------------------------------
+
+
+def warm_rule(name: str, pools: int = 2, queue: QueueKey = Q) -> WarmRule:
+    return WarmRule(name, queue, "CRON_TZ=Asia/Shanghai 0 0 9 * * 1-5", pools, T0)
+
+
+def test_warm_rules_are_added_once_by_name_listed_by_name_and_removed(store: TaskStore) -> None:
+    assert store.add_warm_rule(warm_rule("morning"))
+    assert store.add_warm_rule(warm_rule("evening", 0, Q2))
+    assert not store.add_warm_rule(warm_rule("morning", 5))  # the name is taken: nothing replaced
+    assert store.warm_rules() == [warm_rule("evening", 0, Q2), warm_rule("morning")]
+    assert store.remove_warm_rule("evening") and not store.remove_warm_rule("evening")
+    assert [r.name for r in store.warm_rules()] == ["morning"]
+
+
+def test_a_warm_pool_is_recorded_without_holder_and_goes_idle_when_ready(store: TaskStore) -> None:
+    store.write_ahead_pool(pool("warm", holder=None), T0, warm_rule="morning")
+    store.write_ahead_pool(pool("task"), T0)
+    assert store.warm_origin("c1", "warm") == "morning" and store.warm_origin("c1", "task") is None
+    assert not store.warm_pool_ready("c1", "task", T1)  # a task's pool is its holder's
+    assert store.warm_pool_ready("c1", "warm", T1)
+    assert store.pool("c1", "warm") == replace(pool("warm", None, PoolState.IDLE), idle_since=T1)
+    assert not store.warm_pool_ready("c1", "warm", T2)  # idle already: a second run changes nothing
+    assert store.claim_idle_pool(Q, "t9", T2) == pool("warm", "t9", PoolState.IN_USE)
+    assert store.warm_origin("c1", "warm") == "morning"  # its origin stays with it
+
+
+def test_a_failed_warm_pool_goes_deleting_and_its_rule_remembers_why(
+    store: TaskStore, upstream: Upstream
+) -> None:
+    assert store.add_warm_rule(warm_rule("morning"))
+    store.write_ahead_pool(pool("warm", holder=None), T0, warm_rule="morning")
+    store.write_ahead_pool(pool("task"), T0)
+    assert not store.warm_pool_failed("c1", "task", "stockout", T1)
+    assert store.warm_pool_failed("c1", "warm", "stockout", T1)
+    assert store.pool("c1", "warm").state is PoolState.DELETING  # type: ignore[union-attr]
+    assert upstream.pool_error("c1", "warm") == "stockout"
+    assert store.warm_rules() == [replace(warm_rule("morning"), last_error="stockout", failed_at=T1)]
+    assert not store.warm_pool_failed("c1", "warm", "again", T2)
+    store.warm_rule_failed("morning", "reservation res is not READY", T2)
+    store.warm_rule_failed("gone", "nobody to tell", T2)  # a removed rule: nothing to write
+    assert store.warm_rules()[0].last_error == "reservation res is not READY"

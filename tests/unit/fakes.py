@@ -36,6 +36,7 @@ from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueK
 from falcon.domain.node_pools import NodePoolPlan, PoolStatus, ReservationRef
 from falcon.domain.scheduling import ReservationCapacity, WaitingTask, pick_next
 from falcon.domain.status import Reason, Status, check_transition
+from falcon.domain.warm_pools import WarmRule
 from falcon.domain.workloads import ClusterEvent, FalconService, JobState, PodState
 from falcon.services import acquisition
 from falcon.services.context import Services, load_view
@@ -93,6 +94,8 @@ class MemoryTaskStore:
         self.pool_created: dict[tuple[str, str], datetime] = {}  # pools_in lists oldest first
         self.cluster_rows: dict[str, Cluster] = {}
         self.rotation: dict[QueueKey, str] = {}
+        self.warm: dict[str, WarmRule] = {}  # tidal warm rules by name
+        self.pool_origins: dict[tuple[str, str], str] = {}  # warm pool -> the rule it was created for
         self.calls: list[tuple[str, str]] = []  # (method, task id or pool name) of every write
 
     # -- transactions: one per call, or one for everything inside cluster_locked
@@ -111,18 +114,23 @@ class MemoryTaskStore:
             finally:
                 self._depth -= 1
 
-    def _state(self) -> tuple[dict[Any, Any], ...]:
-        return tuple(
-            dict(d)
-            for d in (self.rows, self.job_uids, self.progress, self.pools, self.pool_errors, self.rotation)
+    def _tables(self) -> tuple[dict[Any, Any], ...]:
+        return (
+            self.rows,
+            self.job_uids,
+            self.progress,
+            self.pools,
+            self.pool_errors,
+            self.rotation,
+            self.warm,
+            self.pool_origins,
         )
 
+    def _state(self) -> tuple[dict[Any, Any], ...]:
+        return tuple(dict(d) for d in self._tables())
+
     def _restore(self, saved: tuple[dict[Any, Any], ...]) -> None:
-        for current, old in zip(
-            (self.rows, self.job_uids, self.progress, self.pools, self.pool_errors, self.rotation),
-            saved,
-            strict=True,
-        ):
+        for current, old in zip(self._tables(), saved, strict=True):
             current.clear()
             current.update(old)
 
@@ -494,13 +502,15 @@ class MemoryTaskStore:
 
     # -- node-pool writes ---------------------------------------------------------------------
 
-    def write_ahead_pool(self, pool: NodePool, now: datetime) -> None:
+    def write_ahead_pool(self, pool: NodePool, now: datetime, warm_rule: str | None = None) -> None:
         self.calls.append(("write_ahead_pool", pool.name))
         with self._tx():
             key = (pool.cluster_id, pool.name)
             if key not in self.pools:
                 self.pools[key] = replace(pool, idle_since=None)
                 self.pool_created[key] = now
+                if warm_rule is not None:
+                    self.pool_origins[key] = warm_rule
 
     def _move_pool(
         self,
@@ -559,6 +569,61 @@ class MemoryTaskStore:
         with self._tx():
             if (cluster_id, name) in self.pools:
                 self.pool_errors[(cluster_id, name)] = error
+
+    # -- tidal warm pools ---------------------------------------------------------------------
+
+    def warm_rules(self) -> list[WarmRule]:
+        with self._tx():
+            return [self.warm[name] for name in sorted(self.warm)]
+
+    def add_warm_rule(self, rule: WarmRule) -> bool:
+        with self._tx():
+            if rule.name in self.warm:
+                return False
+            self.warm[rule.name] = replace(rule, last_error=None, failed_at=None)
+            return True
+
+    def remove_warm_rule(self, name: str) -> bool:
+        with self._tx():
+            return self.warm.pop(name, None) is not None
+
+    def warm_origin(self, cluster_id: str, name: str) -> str | None:
+        with self._tx():
+            return self.pool_origins.get((cluster_id, name))
+
+    def _unheld(self, cluster_id: str, name: str) -> bool:
+        row = self.pools.get((cluster_id, name))
+        return row is not None and row.holder_task_id is None
+
+    def warm_pool_ready(self, cluster_id: str, name: str, now: datetime) -> bool:
+        self.calls.append(("warm_pool_ready", name))
+        values = {"state": PoolState.IDLE, "idle_since": now}
+        with self._tx():
+            return self._unheld(cluster_id, name) and self._move_pool(
+                cluster_id, name, values, [PoolState.CREATING]
+            )
+
+    def warm_pool_failed(self, cluster_id: str, name: str, error: str, now: datetime) -> bool:
+        self.calls.append(("warm_pool_failed", name))
+        with self._tx():
+            if not self._unheld(cluster_id, name) or not self._move_pool(
+                cluster_id, name, {"state": PoolState.DELETING}, [PoolState.CREATING]
+            ):
+                return False
+            self.pool_errors[(cluster_id, name)] = error
+            rule = self.pool_origins.get((cluster_id, name))
+            if rule is not None:
+                self._rule_failed(rule, error, now)
+            return True
+
+    def warm_rule_failed(self, name: str, error: str, now: datetime) -> None:
+        self.calls.append(("warm_rule_failed", name))
+        with self._tx():
+            self._rule_failed(name, error, now)
+
+    def _rule_failed(self, name: str, error: str, now: datetime) -> None:
+        if name in self.warm:
+            self.warm[name] = replace(self.warm[name], last_error=error, failed_at=now)
 
 
 def _queue(progress: Progress) -> QueueKey:
@@ -962,6 +1027,7 @@ class FakeLauncher:
         self._ids = itertools.count(1)
         self.acquires: list[tuple[str, str, int]] = []  # (task id, lease id, attempt)
         self.releases: list[tuple[str, int]] = []
+        self.warms: list[QueueKey] = []  # the queue of each warm run started
         self.alive: set[str] = set()
 
     def start_acquire(self, task_id: str, lease_id: str, attempt: int) -> str:
@@ -975,6 +1041,13 @@ class FakeLauncher:
         with self._lock:
             run = f"run-release-{next(self._ids)}"
             self.releases.append((task_id, attempt))
+            self.alive.add(run)
+            return run
+
+    def start_warm(self, queue: QueueKey) -> str:
+        with self._lock:
+            run = f"run-warm-{next(self._ids)}"
+            self.warms.append(queue)
             self.alive.add(run)
             return run
 

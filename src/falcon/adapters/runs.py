@@ -1,7 +1,9 @@
-"""Starting the per-task flow runs, and telling whether one is still alive.
+"""Starting the per-task flow runs and the queues' warm-pool runs, and telling whether one is alive.
 
 ``DeploymentLauncher`` is production: ``run_deployment(timeout=0)`` with an idempotency key per
-(task, attempt), so a dispatcher that restarts mid-launch can never start a second run.
+(task, attempt), so a dispatcher that restarts mid-launch can never start a second run. A warm
+run needs none: a second one for the same queue counts again under the cluster's lock and
+creates nothing the first did.
 """
 
 from __future__ import annotations
@@ -11,8 +13,11 @@ from uuid import UUID
 from prefect.client.orchestration import get_client
 from prefect.deployments import run_deployment
 
+from falcon.domain.model import QueueKey
+
 ACQUIRE_DEPLOYMENT = "task-lifecycle/task-lifecycle"
 RELEASE_DEPLOYMENT = "task-release/task-release"
+WARM_DEPLOYMENT = "warm-pools/warm-pools"
 
 
 class DeploymentLauncher:
@@ -38,6 +43,16 @@ class DeploymentLauncher:
             idempotency_key=f"release-{task_id}-{attempt}",
             as_subflow=self._as_subflow,
             flow_run_name=f"release-{task_id}-{attempt}",
+        )
+        return str(run.id)  # type: ignore[union-attr]
+
+    def start_warm(self, queue: QueueKey) -> str:
+        run = run_deployment(
+            WARM_DEPLOYMENT,
+            parameters={"cluster_id": queue.cluster_id, "topology": queue.topology},
+            timeout=0,
+            as_subflow=self._as_subflow,
+            flow_run_name=f"warm-{queue.cluster_id}-{queue.topology}",
         )
         return str(run.id)  # type: ignore[union-attr]
 

@@ -25,6 +25,7 @@ class MessageKey(StrEnum):
     PROVISIONING_FLEX_START = "provisioning_flex_start"
     PROVISIONING_FALLBACK = "provisioning_fallback"
     PROVISIONING_REUSE = "provisioning_reuse"
+    PROVISIONING_WARM = "provisioning_warm"
     DISPATCHING = "dispatching"
     PODS_PENDING = "pods_pending"
     RUNNING = "running"
@@ -76,6 +77,10 @@ TEMPLATES: dict[MessageKey, dict[Locale, str]] = {
     MessageKey.PROVISIONING_REUSE: {
         Locale.ZH: "复用空闲 node pool {pool}...",
         Locale.EN: "Reusing idle node pool {pool}...",
+    },
+    MessageKey.PROVISIONING_WARM: {
+        Locale.ZH: "复用预热 node pool {pool} (tidal 规则 {rule})...",
+        Locale.EN: "Reusing warm node pool {pool} (tidal rule {rule})...",
     },
     MessageKey.DISPATCHING: {
         Locale.ZH: "Node pool 就绪，正在提交 K8s Job...",

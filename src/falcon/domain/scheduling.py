@@ -26,6 +26,7 @@ from falcon.domain.messages import AHEAD_PREVIEW, Locale, waiting_message
 from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey
 from falcon.domain.status import Reason
 from falcon.domain.topology import canonical_tpu_type
+from falcon.domain.warm_pools import surplus_first
 
 # An idle pool with waiters is still deleted after this many grace periods: whoever waits is
 # evidently not taking it, and an idle TPU pool costs money for nothing.
@@ -294,14 +295,28 @@ class IdlePool:
 
 
 def expired_idle_pools(
-    pools: Sequence[IdlePool], waiting_by_queue: Mapping[QueueKey, int], now: datetime, grace: timedelta
+    pools: Sequence[IdlePool],
+    waiting_by_queue: Mapping[QueueKey, int],
+    now: datetime,
+    grace: timedelta,
+    warm: Mapping[QueueKey, int] | None = None,
 ) -> list[IdlePool]:
-    """Idle pools to delete now, in the order given.
+    """Idle pools to delete now, in the order given; ``pools`` are all the idle pools.
 
     A pool whose queue has nobody waiting goes after ``grace``. A pool is never kept forever:
     past IDLE_WITH_WAITERS_FACTOR x grace it goes even with waiters, since they are not taking it.
+    The two rules compose with the queues' ``warm`` targets (tidal warm pools): a pool goes only
+    when neither keeps it, so a queue keeps at least its target of idle pools.
     """
-    return [pool for pool in pools if _idle_pool_expired(pool, waiting_by_queue, now, grace)]
+    expired = [pool for pool in pools if _idle_pool_expired(pool, waiting_by_queue, now, grace)]
+    if not warm:
+        return expired
+    idle: dict[QueueKey, int] = {}
+    for pool in pools:
+        queue = QueueKey(pool.cluster_id, pool.topology)
+        idle[queue] = idle.get(queue, 0) + 1
+    candidates = [(QueueKey(p.cluster_id, p.topology), p.idle_since) for p in expired]
+    return [expired[i] for i in surplus_first(candidates, idle, warm)]
 
 
 def _idle_pool_expired(

@@ -28,16 +28,15 @@ from falcon.domain.lifecycle import (
     timed_out,
 )
 from falcon.domain.messages import MessageKey
-from falcon.domain.model import ProvisioningMode, is_zone, k8s_job_name_for, node_pool_name_for
+from falcon.domain.model import Cluster, ProvisioningMode, is_zone, k8s_job_name_for, node_pool_name_for
 from falcon.domain.node_pools import NodePoolPlan, PoolStatus, ReservationRef
 from falcon.domain.scheduling import (
     ProvisioningDecision,
     ReservationCapacity,
-    UnusableReservationError,
     decide_provisioning,
 )
 from falcon.domain.status import Reason
-from falcon.domain.topology import resolve_shape
+from falcon.domain.topology import SliceShape, resolve_shape
 from falcon.domain.workloads import ClusterEvent, JobState, PodState, StartGrace, start_failure
 from falcon.services.context import Services
 from falcon.services.ports import TaskStore
@@ -76,8 +75,7 @@ def _provision(services: Services, view: TaskView) -> PoolChoice:
     if held is None:
         held = store.claim_idle_pool(view.queue, task_id, services.clock.now())
         if held is not None:
-            message = services.say(MessageKey.PROVISIONING_REUSE, pool=held.name)
-            _note_pending(services, task_id, message, Reason.PROVISIONING, held.name)
+            _note_pending(services, task_id, _reuse_message(services, held), Reason.PROVISIONING, held.name)
             return PoolChoice(held.name, None)
         plan = _decide_and_write_ahead(services, view)
     elif held.state is PoolState.IN_USE:
@@ -86,6 +84,14 @@ def _provision(services: Services, view: TaskView) -> PoolChoice:
         plan = _plan(view, held.mode, held.reservation)
     _ensure_workload_policy(services, view, plan)
     return PoolChoice(plan.name, plan)
+
+
+def _reuse_message(services: Services, pool: NodePool) -> str:
+    """A warm pool says which tidal rule made it ready; a kept one only that it is reused."""
+    rule = services.store.warm_origin(pool.cluster_id, pool.name)
+    if rule is not None:
+        return services.say(MessageKey.PROVISIONING_WARM, pool=pool.name, rule=rule)
+    return services.say(MessageKey.PROVISIONING_REUSE, pool=pool.name)
 
 
 def _plan(view: TaskView, mode: ProvisioningMode, reservation: str | None) -> NodePoolPlan:
@@ -99,17 +105,19 @@ def _plan(view: TaskView, mode: ProvisioningMode, reservation: str | None) -> No
 
 
 def _ensure_workload_policy(services: Services, view: TaskView, plan: NodePoolPlan) -> None:
-    """TPU7x multi-host: the pool's placementPolicy names a workload policy that must exist first,
-    in the cluster's project and the region of the pool's zone."""
-    if plan.workload_policy is None:
-        return
-    cluster = view.cluster
     try:
-        services.workload_policies.ensure(
-            cluster.project, cluster.region, plan.workload_policy, view.shape.topology
-        )
+        ensure_workload_policy(services, view.cluster, plan)
     except PermanentError as exc:
         raise _pool_failed(services, str(exc)) from exc
+
+
+def ensure_workload_policy(services: Services, cluster: Cluster, plan: NodePoolPlan) -> None:
+    """TPU7x multi-host: the pool's placementPolicy names a workload policy that must exist first,
+    in the cluster's project and the region of the pool's zone."""
+    if plan.workload_policy is not None:
+        services.workload_policies.ensure(
+            cluster.project, cluster.region, plan.workload_policy, plan.shape.topology
+        )
 
 
 def _decide_and_write_ahead(services: Services, view: TaskView) -> NodePoolPlan:
@@ -133,27 +141,32 @@ def _decide_and_write_ahead(services: Services, view: TaskView) -> NodePoolPlan:
 
 
 def _decide(services: Services, store: TaskStore, view: TaskView) -> ProvisioningDecision:
-    """Reservation or flex-start. Only a READY reservation of the slice's machine type that is
-    short of room falls back to flex-start; one that cannot be read or used fails the task."""
     try:
-        return decide_provisioning(
-            view.shape.nodes, view.shape.machine_type, _reservation(services, store, view)
-        )
-    except UnusableReservationError as exc:
+        return decide_placement(services, store, view.cluster, view.shape)
+    except PermanentError as exc:
         raise _pool_failed(services, str(exc)) from exc
 
 
-def _reservation(services: Services, store: TaskStore, view: TaskView) -> ReservationCapacity | None:
+def decide_placement(
+    services: Services, store: TaskStore, cluster: Cluster, shape: SliceShape
+) -> ProvisioningDecision:
+    """Reservation or flex-start for a new pool, a task's or a warm one. Only a READY reservation
+    of the slice's machine type that is short of room falls back to flex-start; one that cannot
+    be read or used raises PermanentError (UnusableReservationError) naming the problem."""
+    return decide_provisioning(shape.nodes, shape.machine_type, _reservation(services, store, cluster))
+
+
+def _reservation(services: Services, store: TaskStore, cluster: Cluster) -> ReservationCapacity | None:
     """The cluster's reservation read in its owner's project and the pool's zone, minus the room
     Falcon's own reservation pools still being created will take."""
-    cluster = view.cluster
     if not cluster.default_reservation:
         return None
     try:
         ref = ReservationRef.parse(cluster.default_reservation, cluster.project)
-        found = services.reservations.capacity(ref, cluster.node_zone)
-    except (ValueError, PermanentError) as exc:  # malformed name; not found, permission denied
-        raise _pool_failed(services, str(exc)) from exc
+        zone = cluster.node_zone
+    except ValueError as exc:  # a malformed name; a regional cluster without a zone
+        raise PermanentError(str(exc)) from exc
+    found = services.reservations.capacity(ref, zone)  # PermanentError: not found, permission denied
     in_flight = sum(
         resolve_shape(cluster.tpu_type, p.topology).nodes
         for p in store.pools_in([PoolState.CREATING])
@@ -232,20 +245,20 @@ def _pool_status(services: Services, view: TaskView, name: str) -> PoolStatus | 
         status = services.node_pools.get(view.cluster, name)
     except NotFoundError as exc:
         raise _pool_failed(
-            services, _with_operation_error(services, view, name, f"node pool {name} disappeared")
+            services, with_operation_error(services, view.cluster, name, f"node pool {name} disappeared")
         ) from exc
     except TemporaryError:
         return None
     if status.broken:
         detail = f"node pool {name} is {status.status}" + (f": {status.detail}" if status.detail else "")
-        raise _pool_failed(services, _with_operation_error(services, view, name, detail))
+        raise _pool_failed(services, with_operation_error(services, view.cluster, name, detail))
     return status
 
 
-def _with_operation_error(services: Services, view: TaskView, pool_name: str, detail: str) -> str:
+def with_operation_error(services: Services, cluster: Cluster, pool_name: str, detail: str) -> str:
     """Add the failed create operation's text: GKE puts the reason (stockout, quota) there."""
     try:
-        error = services.node_pools.create_error(view.cluster, pool_name)
+        error = services.node_pools.create_error(cluster, pool_name)
     except FalconError:
         error = None  # best effort: the pool's own state already says it failed
     return f"{detail}; operation: {error}" if error and error not in detail else detail

@@ -12,15 +12,19 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 
+from falcon.domain.lifecycle import PoolState
 from falcon.domain.messages import MessageKey
 from falcon.domain.model import Cluster, QueueKey
+from falcon.domain.warm_pools import next_change, schedulable, warm_targets
 from falcon.services import reconcile
 from falcon.services.context import Services
 from falcon.services.health import Verdict, liveness
 from falcon.services.intake import take_in
 from falcon.services.ports import Clock
 from falcon.services.queueing import Pick, QueueBook, schedule
+from falcon.services.warming import Warmer
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +61,7 @@ class TickReport:
     reaped: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
+    warming: list[str] = field(default_factory=list)  # queues a warm run was started for
 
     def __bool__(self) -> bool:
         return any(getattr(self, f) for f in self.__dataclass_fields__)
@@ -74,6 +79,8 @@ class Dispatcher:
         self._held_since: dict[QueueKey, float] = {}
         self._failed_probes: dict[str, int] = {}  # cluster id -> probes failed in a row
         self._unreachable: dict[str, str] = {}  # cluster id -> the Message its waiting tasks show
+        self._warmer = Warmer(services)
+        self._next_fire: datetime | None = None  # the next tidal warm-pool fire: reconcile then
 
     def tick(self) -> TickReport:
         try:
@@ -113,7 +120,8 @@ class Dispatcher:
         report.picked = [p.task_id for p in result.picks]
         self._launch(result.picks)
         report.repaired = self._repair_leaks(result.slot_held)
-        if self._reconcile_timer.due(clock.monotonic()):
+        fired = self._next_fire is not None and now >= self._next_fire
+        if self._reconcile_timer.due(clock.monotonic(), force=fired):
             self._reconcile(report)
         return report
 
@@ -144,7 +152,13 @@ class Dispatcher:
         followed = reconcile.follow_running(svc, clusters, waited_for)
         report.ended = followed.ended
         report.started = reconcile.supervise_runs(svc)
-        report.reaped = reconcile.reap_idle_pools(svc, clusters, self.book.counts())
+        now, rules = svc.clock.now(), schedulable(svc.store.warm_rules())
+        targets = warm_targets(rules, now)
+        pools = svc.store.pools_in([PoolState.CREATING, PoolState.IDLE, PoolState.DELETING])
+        warm = {queue: target.pools for queue, target in targets.items()}
+        report.reaped = reconcile.reap_idle_pools(svc, clusters, self.book.counts(), warm, pools)
+        self._next_fire = next_change(rules, now)
+        report.warming = self._warmer.converge(clusters, rules, targets, pools, now)
         self._note_reachability(followed.unreachable, clusters)
         if self._orphan_scan.due(svc.clock.monotonic()):
             report.orphans = [

@@ -8,7 +8,7 @@ release run.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -16,6 +16,7 @@ from falcon.domain.errors import FalconError, NotFoundError, TemporaryError
 from falcon.domain.job_manifest import MANAGED_BY
 from falcon.domain.lifecycle import (
     LIVE_POOL_STATES,
+    NodePool,
     Outcome,
     Phase,
     PoolState,
@@ -170,17 +171,27 @@ def _restart_acquire(services: Services, p: Progress) -> None:
     store.set_acquire_run(p.task_id, run, services.clock.now())
 
 
-def reap_idle_pools(services: Services, clusters: Clusters, waiting: dict[QueueKey, int]) -> list[str]:
-    """Delete kept pools nobody took within the grace period (design §5: never kept forever)."""
+def reap_idle_pools(
+    services: Services,
+    clusters: Clusters,
+    waiting: dict[QueueKey, int],
+    warm: Mapping[QueueKey, int] | None = None,
+    pools: Sequence[NodePool] | None = None,
+) -> list[str]:
+    """Delete kept pools nobody took within the grace period (design §5: never kept forever),
+    but never below a queue's tidal ``warm`` target; confirm the deletions asked for.
+
+    ``pools``: the idle and deleting pools, when the caller has read them already."""
     now = services.clock.now()
-    pools = services.store.pools_in([PoolState.IDLE, PoolState.DELETING])
+    if pools is None:
+        pools = services.store.pools_in([PoolState.IDLE, PoolState.DELETING])
     idle = [
         IdlePool(p.cluster_id, p.name, p.topology, p.idle_since or now)
         for p in pools
         if p.state is PoolState.IDLE
     ]
     reaped = []
-    for pool in expired_idle_pools(idle, waiting, now, services.settings.kept_pool_grace):
+    for pool in expired_idle_pools(idle, waiting, now, services.settings.kept_pool_grace, warm):
         if services.store.start_deleting_pool(pool.cluster_id, pool.name, None, now):
             _request_delete(services, clusters[pool.cluster_id], pool.name)
             reaped.append(pool.name)

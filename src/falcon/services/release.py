@@ -23,6 +23,7 @@ from falcon.domain.messages import MessageKey
 from falcon.domain.model import Cluster, QueueKey, Task, k8s_job_name_for
 from falcon.domain.status import Reason, Status
 from falcon.domain.topology import resolve_shape
+from falcon.domain.warm_pools import WarmTarget, schedulable, warm_keeps, warm_target
 from falcon.services.context import Services
 
 MAX_DELETE_RETRY_WAIT = 30.0  # seconds: the longest wait between deletion attempts GKE refused
@@ -105,9 +106,15 @@ def keep_or_delete_pool(
     Only a pool that became ready (in_use) is kept: one still creating, or broken, would hand
     its failure to the next task. An aborted task's pool that GKE is still creating is waited
     for first (design §8, abort while provisioning: wait for the create, then check reuse), so
-    the waiting task does not create the same slice again; a failed task's pool is not."""
+    the waiting task does not create the same slice again; a failed task's pool is not.
+
+    The queue's tidal warm target keeps it too while the queue has fewer idle pools: a pool is
+    deleted only when neither a waiting task nor the warm target keeps it."""
     store = services.store
-    keep = services.keep_pool(store.waiting_count(queue), store.idle_count(queue))
+    idle = store.idle_count(queue)
+    keep = services.keep_pool(store.waiting_count(queue), idle) or warm_keeps(
+        warm_target_of(services, queue).pools, idle
+    )
     if keep and outcome.status is Status.ABORTED:
         _wait_until_created(services, cluster, pool, task_id)
     now = services.clock.now()
@@ -118,6 +125,12 @@ def keep_or_delete_pool(
         if current is None or current.state is not PoolState.DELETING:
             return None  # kept or handed on by an earlier attempt of this release: not this task's any more
     return delete_pool(services, cluster, pool)
+
+
+def warm_target_of(services: Services, queue: QueueKey) -> WarmTarget:
+    """The queue's tidal warm target now (none while no rule of the queue has fired)."""
+    rules = schedulable(services.store.warm_rules())
+    return warm_target((rule for rule in rules if rule.queue == queue), services.clock.now())
 
 
 def _wait_until_created(services: Services, cluster: Cluster, pool: str, task_id: str) -> None:

@@ -19,7 +19,8 @@ from prefect.context import TaskRunContext
 from falcon.bootstrap import services
 from falcon.domain.errors import TemporaryError
 from falcon.domain.lifecycle import Outcome, Phase, TaskView
-from falcon.services import acquisition, release
+from falcon.domain.model import QueueKey
+from falcon.services import acquisition, release, warming
 from falcon.services.acquisition import PoolChoice
 from falcon.services.context import load_attempt
 from falcon.settings import RetryPolicy
@@ -100,3 +101,13 @@ def record_outcome(task_id: str, outcome: Outcome) -> bool:
 @task(name="release-task", **_ONCE)
 def release_task(task_id: str) -> str:
     return release.release(services(), task_id).status.value
+
+
+@task(name="plan-warm-pools", **_ONCE)
+def plan_warm_pools(cluster_id: str, topology: str) -> list[str]:
+    return warming.plan_warm_pools(services(), QueueKey(cluster_id, topology))
+
+
+@task(name="create-warm-pools", **_ONCE)
+def create_warm_pools(cluster_id: str, topology: str, names: list[str]) -> list[str]:
+    return warming.create_warm_pools(services(), QueueKey(cluster_id, topology), names)

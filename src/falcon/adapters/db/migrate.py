@@ -83,6 +83,16 @@ def schema_state(url: str) -> SchemaState:
     return SchemaState.AT_HEAD if current == head_revisions() else SchemaState.BEHIND
 
 
+def ensure_migrated(url: str) -> bool:
+    """Migrate a database Falcon never migrated (a fresh SQLite file, a new schema); False when it
+    is at an older revision, which is left as it is: moving a shared database to a newer schema
+    is `falcon db upgrade`'s job at rollout, not a side effect of a command run by a newer falcon."""
+    state = schema_state(url)
+    if state is SchemaState.NEW:
+        upgrade(url)
+    return state is not SchemaState.BEHIND
+
+
 @lru_cache(maxsize=1)
 def revision_graph() -> dict[str, tuple[str, ...]]:
     """Each shipped revision id and the ids it revises, read from the scripts' ``revision`` and

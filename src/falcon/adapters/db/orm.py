@@ -164,12 +164,31 @@ class NodePoolRow(Base):
     holder_task_id: Mapped[str | None] = mapped_column(sa.String(64))
     idle_since: Mapped[datetime | None]
     last_error: Mapped[str | None] = mapped_column(sa.Text)
+    warm_rule: Mapped[str | None] = mapped_column(sa.String(63))  # the tidal rule it was created for
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 
     __table_args__ = (
         sa.Index("ix_falcon_node_pools__cluster_id__topology__state", "cluster_id", "topology", "state"),
     )
+
+
+class WarmRuleRow(Base):
+    """Tidal warm-pool rules: how many idle pools a (cluster, topology) queue keeps ready from each
+    fire of a cron expression on (``falcon tidal pool add``)."""
+
+    __tablename__ = "falcon_warm_rules"
+
+    name: Mapped[str] = mapped_column(sa.String(63), primary_key=True)
+    cluster_id: Mapped[str] = mapped_column(sa.String(36))
+    topology: Mapped[str] = mapped_column(sa.String(32))
+    cron: Mapped[str] = mapped_column(sa.String(255))
+    pools: Mapped[int] = mapped_column(sa.Integer)
+    last_error: Mapped[str | None] = mapped_column(sa.Text)  # the latest failed warm creation
+    failed_at: Mapped[datetime | None]
+    created_at: Mapped[datetime]
+
+    __table_args__ = (sa.Index("ix_falcon_warm_rules__cluster_id__topology", "cluster_id", "topology"),)
 
 
 class QueueRotationRow(Base):

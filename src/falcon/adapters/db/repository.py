@@ -23,6 +23,7 @@ from falcon.adapters.db.orm import (
     QueueRotationRow,
     TaskProgressRow,
     Unreadable,
+    WarmRuleRow,
 )
 from falcon.domain.lifecycle import (
     NodePool,
@@ -36,6 +37,7 @@ from falcon.domain.lifecycle import (
 from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey, Task
 from falcon.domain.scheduling import WaitingTask, pick_next
 from falcon.domain.status import Reason, Status, check_transition
+from falcon.domain.warm_pools import WarmRule
 
 # -- clusters -----------------------------------------------------------------------------------
 
@@ -708,8 +710,9 @@ def held_pool(session: Session, cluster_id: str, task_id: str) -> NodePool | Non
     return _pool(row) if row else None
 
 
-def write_ahead_pool(session: Session, pool: NodePool, now: datetime) -> None:
-    """Record a pool before asking GKE for it, so a crash can never leave an untracked pool."""
+def write_ahead_pool(session: Session, pool: NodePool, now: datetime, warm_rule: str | None = None) -> None:
+    """Record a pool before asking GKE for it, so a crash can never leave an untracked pool.
+    ``warm_rule``: a warm pool (no holder), created for that tidal rule."""
     if session.get(NodePoolRow, (pool.cluster_id, pool.name)) is not None:
         return
     session.add(
@@ -723,6 +726,7 @@ def write_ahead_pool(session: Session, pool: NodePool, now: datetime) -> None:
             state=pool.state.value,
             holder_task_id=pool.holder_task_id,
             idle_since=None,
+            warm_rule=warm_rule,
             created_at=now,
             updated_at=now,
         )
@@ -737,12 +741,15 @@ def _move_pool(
     values: dict[Any, Any],
     expect_states: Sequence[PoolState] | None = None,
     expect_holder: str | None = None,
+    unheld: bool = False,
 ) -> bool:
     query = sa.update(NodePoolRow).where(NodePoolRow.cluster_id == cluster_id, NodePoolRow.name == name)
     if expect_states is not None:
         query = query.where(NodePoolRow.state.in_([s.value for s in expect_states]))
     if expect_holder is not None:
         query = query.where(NodePoolRow.holder_task_id == expect_holder)
+    if unheld:
+        query = query.where(NodePoolRow.holder_task_id.is_(None))
     result = session.execute(
         query.values({**values, NodePoolRow.updated_at: now}).execution_options(synchronize_session=False)
     )
@@ -811,6 +818,81 @@ def claim_idle_pool(session: Session, queue: QueueKey, task_id: str, now: dateti
         if _move_pool(session, row.cluster_id, row.name, now, values, [PoolState.IDLE]):
             return get_pool(session, row.cluster_id, row.name)
     return None
+
+
+# -- tidal warm pools ----------------------------------------------------------------------------
+
+
+def _warm_rule(row: WarmRuleRow) -> WarmRule:
+    return WarmRule(
+        name=row.name,
+        queue=QueueKey(row.cluster_id, row.topology),
+        cron=row.cron,
+        pools=row.pools,
+        created_at=row.created_at,
+        last_error=row.last_error,
+        failed_at=row.failed_at,
+    )
+
+
+def warm_rules(session: Session) -> list[WarmRule]:
+    return [_warm_rule(r) for r in session.scalars(sa.select(WarmRuleRow).order_by(WarmRuleRow.name))]
+
+
+def add_warm_rule(session: Session, rule: WarmRule) -> bool:
+    """A new rule; False if one of that name exists (rules are replaced by remove, then add)."""
+    if session.get(WarmRuleRow, rule.name) is not None:
+        return False
+    session.add(
+        WarmRuleRow(
+            name=rule.name,
+            cluster_id=rule.queue.cluster_id,
+            topology=rule.queue.topology,
+            cron=rule.cron,
+            pools=rule.pools,
+            created_at=rule.created_at,
+        )
+    )
+    return True
+
+
+def remove_warm_rule(session: Session, name: str) -> bool:
+    result = session.execute(sa.delete(WarmRuleRow).where(WarmRuleRow.name == name))
+    return bool(getattr(result, "rowcount", 0))
+
+
+def warm_origin(session: Session, cluster_id: str, name: str) -> str | None:
+    """The tidal rule a pool was created for; None for a task's pool."""
+    return session.scalar(
+        sa.select(NodePoolRow.warm_rule).where(NodePoolRow.cluster_id == cluster_id, NodePoolRow.name == name)
+    )
+
+
+def warm_pool_ready(session: Session, cluster_id: str, name: str, now: datetime) -> bool:
+    """A warm pool GKE finished creating waits idle for its queue's tasks, as a kept one does."""
+    values: dict[Any, Any] = {NodePoolRow.state: PoolState.IDLE.value, NodePoolRow.idle_since: now}
+    return _move_pool(session, cluster_id, name, now, values, [PoolState.CREATING], unheld=True)
+
+
+def warm_pool_failed(session: Session, cluster_id: str, name: str, error: str, now: datetime) -> bool:
+    """A warm pool that could not be created is to go; its rule remembers why, and when."""
+    values: dict[Any, Any] = {NodePoolRow.state: PoolState.DELETING.value, NodePoolRow.last_error: error}
+    if not _move_pool(session, cluster_id, name, now, values, [PoolState.CREATING], unheld=True):
+        return False
+    rule = warm_origin(session, cluster_id, name)
+    if rule is not None:
+        warm_rule_failed(session, rule, error, now)
+    return True
+
+
+def warm_rule_failed(session: Session, name: str, error: str, now: datetime) -> None:
+    """A warm creation of the rule failed: ``falcon tidal pool list`` shows why, and its queue
+    is not warmed again for a while."""
+    session.execute(
+        sa.update(WarmRuleRow)
+        .where(WarmRuleRow.name == name)
+        .values({WarmRuleRow.last_error: error, WarmRuleRow.failed_at: now})
+    )
 
 
 def task_view_rows(session: Session, task_id: str) -> tuple[Task | None, Cluster | None, Progress | None]:

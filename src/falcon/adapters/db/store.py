@@ -14,6 +14,7 @@ from falcon.adapters.db.session import session_scope
 from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState, Progress, Snapshot
 from falcon.domain.model import Cluster, QueueKey, Task
 from falcon.domain.status import Reason, Status
+from falcon.domain.warm_pools import WarmRule
 
 
 class SqlTaskStore:
@@ -167,9 +168,9 @@ class SqlTaskStore:
 
     # -- node-pool writes
 
-    def write_ahead_pool(self, pool: NodePool, now: datetime) -> None:
+    def write_ahead_pool(self, pool: NodePool, now: datetime, warm_rule: str | None = None) -> None:
         with self._tx() as s:
-            repo.write_ahead_pool(s, pool, now)
+            repo.write_ahead_pool(s, pool, now, warm_rule)
 
     def claim_idle_pool(self, queue: QueueKey, task_id: str, now: datetime) -> NodePool | None:
         with self._tx() as s:
@@ -194,3 +195,33 @@ class SqlTaskStore:
     def pool_delete_failed(self, cluster_id: str, name: str, error: str, now: datetime) -> None:
         with self._tx() as s:
             repo.pool_delete_failed(s, cluster_id, name, error, now)
+
+    # -- tidal warm pools
+
+    def warm_rules(self) -> list[WarmRule]:
+        with self._tx() as s:
+            return repo.warm_rules(s)
+
+    def add_warm_rule(self, rule: WarmRule) -> bool:
+        with self._tx() as s:
+            return repo.add_warm_rule(s, rule)
+
+    def remove_warm_rule(self, name: str) -> bool:
+        with self._tx() as s:
+            return repo.remove_warm_rule(s, name)
+
+    def warm_origin(self, cluster_id: str, name: str) -> str | None:
+        with self._tx() as s:
+            return repo.warm_origin(s, cluster_id, name)
+
+    def warm_pool_ready(self, cluster_id: str, name: str, now: datetime) -> bool:
+        with self._tx() as s:
+            return repo.warm_pool_ready(s, cluster_id, name, now)
+
+    def warm_pool_failed(self, cluster_id: str, name: str, error: str, now: datetime) -> bool:
+        with self._tx() as s:
+            return repo.warm_pool_failed(s, cluster_id, name, error, now)
+
+    def warm_rule_failed(self, name: str, error: str, now: datetime) -> None:
+        with self._tx() as s:
+            repo.warm_rule_failed(s, name, error, now)
