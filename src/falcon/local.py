@@ -109,8 +109,8 @@ LONG_RUNNING = {
 
 def serve_deployments() -> None:
     """Serve the long-running flows (the dispatcher and the tidal controller: scheduled, never two
-    at once, replaced at once when they crash, as prefect.yaml deploys them) and the per-task
-    flows; blocks."""
+    at once, replaced at once when they crash, as prefect.yaml deploys them), the per-task flows
+    and the warm-pool flow; blocks."""
     from prefect import serve
     from prefect.flows import load_flow_from_entrypoint
 
@@ -118,6 +118,7 @@ def serve_deployments() -> None:
     served_since = utc_now()
     lifecycle: Flow[..., Any] = load_flow_from_entrypoint("flows/lifecycle.py:task_lifecycle")
     release: Flow[..., Any] = load_flow_from_entrypoint("flows/lifecycle.py:task_release")
+    warm: Flow[..., Any] = load_flow_from_entrypoint("flows/warming.py:warm_pools")
     long_running = []
     for name, entrypoint in LONG_RUNNING.items():
         deployed = prefect_yaml_deployment(name)
@@ -130,6 +131,7 @@ def serve_deployments() -> None:
         *long_running,
         _sync(lifecycle.to_deployment)("task-lifecycle"),
         _sync(release.to_deployment)("task-release"),
+        _sync(warm.to_deployment)("warm-pools"),
         limit=int(os.environ.get("FALCON_RUNNER_LIMIT", "25")),
     )
 

@@ -1,6 +1,6 @@
-"""`prefect deploy --all` accepts prefect.yaml and creates the three deployments as designed:
-the dispatcher on an interval with concurrency 1 (CANCEL_NEW) and restarted when it crashes, the
-per-task flows unscheduled."""
+"""`prefect deploy --all` accepts prefect.yaml and creates the five deployments as designed: the
+long-running dispatcher and tidal controller on an interval with concurrency 1 (CANCEL_NEW) and
+restarted when they crash; the per-task and warm-pool flows unscheduled."""
 
 from __future__ import annotations
 
@@ -14,8 +14,14 @@ from prefect.settings import PREFECT_API_URL
 
 from tests.integration.harness import ROOT
 
+LONG_RUNNING = {
+    "dispatcher": "falcon-dispatcher-restart",
+    "tidal-controller": "falcon-tidal-controller-restart",
+}
+STARTED_ON_DEMAND = ("task-lifecycle", "task-release", "warm-pools")
 
-def test_prefect_deploy_creates_the_three_deployments(prefect_api: None) -> None:
+
+def test_prefect_deploy_creates_the_five_deployments(prefect_api: None) -> None:
     with get_client(sync_client=True) as client:
         client.create_work_pool(WorkPoolCreate(name="falcon", type="process"), overwrite=True)
     env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "FALCON_CODE_DIR": str(ROOT)}
@@ -29,17 +35,20 @@ def test_prefect_deploy_creates_the_three_deployments(prefect_api: None) -> None
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     with get_client(sync_client=True) as client:
-        dispatcher = client.read_deployment_by_name("dispatcher/dispatcher")
-        lifecycle = client.read_deployment_by_name("task-lifecycle/task-lifecycle")
-        release = client.read_deployment_by_name("task-release/task-release")
-    assert dispatcher.global_concurrency_limit is not None and dispatcher.global_concurrency_limit.limit == 1
-    assert dispatcher.concurrency_options is not None
-    assert dispatcher.concurrency_options.collision_strategy.value == "CANCEL_NEW"
-    assert [s.schedule.interval.total_seconds() for s in dispatcher.schedules] == [600]  # type: ignore[union-attr]
-    assert dispatcher.parameters == {"run_seconds": 598}
-    assert lifecycle.schedules == [] and release.schedules == []
-    assert {d.work_pool_name for d in (dispatcher, lifecycle, release)} == {"falcon"}
-    with get_client(sync_client=True) as client:
-        (restart,) = client.read_automations_by_name("falcon-dispatcher-restart")
-    assert restart.trigger.expect == {"prefect.flow-run.Crashed"}  # type: ignore[union-attr]
-    assert [a.deployment_id for a in restart.actions] == [dispatcher.id]  # type: ignore[union-attr]
+        looping = {name: client.read_deployment_by_name(f"{name}/{name}") for name in LONG_RUNNING}
+        on_demand = [client.read_deployment_by_name(f"{name}/{name}") for name in STARTED_ON_DEMAND]
+        restarts = {
+            name: client.read_automations_by_name(automation) for name, automation in LONG_RUNNING.items()
+        }
+    for name, deployment in looping.items():
+        assert deployment.global_concurrency_limit is not None, name
+        assert deployment.global_concurrency_limit.limit == 1
+        assert deployment.concurrency_options is not None
+        assert deployment.concurrency_options.collision_strategy.value == "CANCEL_NEW"
+        assert [s.schedule.interval.total_seconds() for s in deployment.schedules] == [600]  # type: ignore[union-attr]
+        assert deployment.parameters == {"run_seconds": 598}
+        (restart,) = restarts[name]
+        assert restart.trigger.expect == {"prefect.flow-run.Crashed"}  # type: ignore[union-attr]
+        assert [a.deployment_id for a in restart.actions] == [deployment.id]  # type: ignore[union-attr]
+    assert all(d.schedules == [] for d in on_demand)
+    assert {d.work_pool_name for d in [*looping.values(), *on_demand]} == {"falcon"}
