@@ -12,21 +12,23 @@ an invalid cron naming its field. The logic's cases are unit tests
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from falcon.adapters.clock import utc_now
 from falcon.adapters.db import repository as repo
-from falcon.adapters.db.session import session_scope
 from falcon.domain.lifecycle import PoolState
 from falcon.domain.model import QueueKey, Task, node_pool_name_for
 from falcon.domain.status import Status
 from falcon.domain.warm_pools import WarmRule
 from falcon.services.context import Services
+from falcon.settings import Settings
 from falcon_emulator.server import EmulatorServer
 from tests.integration.harness import CLUSTER, Driver, db, emulator_counters, inject_fault, submit, with_env
 from tests.integration.launcher import InProcessLauncher
+from tests.integration.test_tidal_cli import falcon, register
 
 Q = QueueKey(CLUSTER.id, "2x2")
 
@@ -87,40 +89,27 @@ def test_a_fire_warms_a_pool_a_task_takes_it_and_the_next_fire_deletes_it(
     assert (counters["nodePoolsCreated"], counters["nodePoolsDeleted"]) == (2, 2)
 
 
-@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_pool_commands_add_list_and_remove_and_refuse_a_bad_cron_naming_its_field(
-    db_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from typer.testing import CliRunner
+def test_pool_commands_add_list_and_remove_and_refuse_a_bad_cron_naming_its_field(tmp_path: Path) -> None:
+    """As a user types them: subprocesses from an empty folder, only FALCON_HOME set."""
+    home = tmp_path / ".falcon"
+    register(Settings(home=home).resolved_database_url)
 
-    from falcon.settings import get_settings
-    from falcon.warm_pool_cli import pool_app
+    def pool(*args: str) -> tuple[int, str]:
+        done = falcon(tmp_path, "tidal", "pool", *args, FALCON_HOME=str(home))
+        return done.returncode, " ".join((done.stdout + done.stderr).split())  # Rich wraps long errors
 
-    monkeypatch.setenv("FALCON_DATABASE_URL", db_url)
-    get_settings.cache_clear()
-    with session_scope(db_url) as s:
-        repo.add_cluster(s, CLUSTER, utc_now())
-    cli = CliRunner()
-
-    def falcon(*args: str) -> tuple[int, str]:
-        result = cli.invoke(pool_app, list(args))
-        return result.exit_code, " ".join(result.output.split())  # Rich wraps long errors
-
-    try:
-        rule = ["--cluster", "edge-a", "--topology", "2X4", "--pools", "2", "--name", "morning"]
-        code, output = falcon("add", *rule, "--cron", "CRON_TZ=Asia/Shanghai 0 0 25 * * 1-5")
-        assert code == 2 and "--cron: hour: 25 is above the maximum 23" in output
-        code, output = falcon(
-            "add", *rule, "--cron", "CRON_TZ=Asia/Shanghai 0 0 9 * * 1-5", "--tpu-type", "trillium"
-        )
-        assert (code, output) == (
-            0,
-            "added morning: 2 pool(s) of v6e 2x4 on edge-a, CRON_TZ=Asia/Shanghai 0 0 9 * * 1-5",
-        )
-        assert falcon("add", *rule, "--cron", "CRON_TZ=UTC 0 0 9 * * *")[0] == 1  # the name is taken
-        code, output = falcon("list")
-        assert code == 0 and output.startswith("morning edge-a 2x4 pools=2") and "next=" in output
-        assert falcon("remove", "morning") == (0, "removed morning")
-        assert falcon("remove", "morning")[0] == 1
-    finally:
-        get_settings.cache_clear()  # the next test must not see this database
+    rule = ["--cluster", "edge-a", "--topology", "2X4", "--pools", "2", "--name", "morning"]
+    code, output = pool("add", *rule, "--cron", "CRON_TZ=Asia/Shanghai 0 0 25 * * 1-5")
+    assert code == 2 and "--cron: hour: 25 is above the maximum 23" in output
+    code, output = pool(
+        "add", *rule, "--cron", "CRON_TZ=Asia/Shanghai 0 0 9 * * 1-5", "--tpu-type", "trillium"
+    )
+    assert (code, output) == (
+        0,
+        "added morning: 2 pool(s) of v6e 2x4 on edge-a, CRON_TZ=Asia/Shanghai 0 0 9 * * 1-5",
+    )
+    assert pool("add", *rule, "--cron", "CRON_TZ=UTC 0 0 9 * * *")[0] == 1  # the name is taken
+    code, output = pool("list")
+    assert code == 0 and output.startswith("morning edge-a 2x4 pools=2") and "next=" in output
+    assert pool("remove", "morning") == (0, "removed morning")
+    assert pool("remove", "morning")[0] == 1
