@@ -15,6 +15,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from types import FrameType
 
 from prefect import flow, get_run_logger
@@ -22,7 +23,7 @@ from prefect import flow, get_run_logger
 from falcon.adapters.health import database_check, prefect_check, serving_health
 from falcon.bootstrap import services
 from falcon.services.dispatching import Dispatcher, DispatcherLoop
-from falcon.services.health import readiness
+from falcon.services.health import Verdict, readiness
 from falcon.settings import Settings
 
 _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
@@ -35,7 +36,7 @@ def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = No
     work = Dispatcher(svc)
     loop = DispatcherLoop(work.tick, svc.clock, tick_seconds or settings.tick_seconds, get_run_logger())
     try:
-        with sigterm_stops(loop.stop), health_probes(settings, loop):
+        with sigterm_stops(loop.stop), health_probes(settings, loop.liveness):
             ticks = loop.run(run_seconds or settings.dispatcher_run_seconds)
     finally:
         work.close()  # launches under way finish before the run ends
@@ -43,9 +44,10 @@ def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = No
 
 
 @contextmanager
-def health_probes(settings: Settings, loop: DispatcherLoop) -> Iterator[None]:
-    """``/livez`` from the loop's last tick, ``/readyz`` from the database and the Prefect API,
-    served for the block when ``FALCON_HEALTH_PORT`` is set."""
+def health_probes(settings: Settings, liveness: Callable[[float], Verdict]) -> Iterator[None]:
+    """``/livez`` from the loop's last turn (``liveness`` given the allowed age), ``/readyz`` from
+    the database and the Prefect API, ``/metrics``: served for the block when
+    ``FALCON_HEALTH_PORT`` is set. The dispatcher's and the tidal controller's processes alike."""
     if not settings.health_port:
         yield
         return
@@ -53,9 +55,8 @@ def health_probes(settings: Settings, loop: DispatcherLoop) -> Iterator[None]:
         "database": database_check(settings.resolved_database_url, settings.readiness_timeout_seconds),
         "prefect": prefect_check(settings.readiness_timeout_seconds),
     }
-    with serving_health(
-        settings.health_port, lambda: loop.liveness(settings.liveness_seconds), lambda: readiness(checks)
-    ):
+    live = partial(liveness, settings.liveness_seconds)
+    with serving_health(settings.health_port, live, lambda: readiness(checks)):
         yield
 
 

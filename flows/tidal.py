@@ -9,18 +9,11 @@ with ``FALCON_HEALTH_PORT`` set the process serves ``/livez``, ``/readyz`` and `
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from functools import partial
-
 from prefect import flow, get_run_logger
 
-from falcon.adapters.health import database_check, prefect_check, serving_health
 from falcon.bootstrap import build_tidal_controller
-from falcon.services.health import readiness
-from falcon.services.tidal import TidalController
-from falcon.settings import Settings, get_settings
-from flows.dispatcher import sigterm_stops
+from falcon.settings import get_settings
+from flows.dispatcher import health_probes, sigterm_stops
 
 
 @flow(name="tidal-controller")
@@ -28,23 +21,7 @@ def tidal_controller(run_seconds: float | None = None) -> None:
     settings = get_settings()
     controller, workers = build_tidal_controller(settings, get_run_logger())
     try:
-        with sigterm_stops(controller.stop), health_probes(settings, controller):
+        with sigterm_stops(controller.stop), health_probes(settings, controller.liveness):
             controller.run(run_seconds or settings.tidal_run_seconds)
     finally:
         workers.close()
-
-
-@contextmanager
-def health_probes(settings: Settings, controller: TidalController) -> Iterator[None]:
-    """``/livez`` from the loop's last pass, ``/readyz`` from the registry's database and the
-    Prefect API, ``/metrics``: served for the block when ``FALCON_HEALTH_PORT`` is set."""
-    if not settings.health_port:
-        yield
-        return
-    checks = {
-        "database": database_check(settings.resolved_database_url, settings.readiness_timeout_seconds),
-        "prefect": prefect_check(settings.readiness_timeout_seconds),
-    }
-    live = partial(controller.liveness, settings.liveness_seconds)
-    with serving_health(settings.health_port, live, lambda: readiness(checks)):
-        yield

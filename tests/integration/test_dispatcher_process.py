@@ -126,7 +126,7 @@ def test_liveness_fails_while_the_loop_is_wedged_and_readiness_while_the_databas
     loop = DispatcherLoop(tick, SystemClock(), 0.1, logging.getLogger(__name__))
     settings = services.settings.model_copy(update={"health_port": free_port(), "liveness_seconds": 1.0})
     runner = threading.Thread(target=loop.run, args=(60,))
-    with health_probes(settings, loop):
+    with health_probes(settings, loop.liveness):
         runner.start()
         try:
             port = settings.health_port
