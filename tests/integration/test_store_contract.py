@@ -460,12 +460,15 @@ def test_a_failed_warm_pool_goes_deleting_and_its_rule_remembers_why(
     store: TaskStore, upstream: Upstream
 ) -> None:
     assert store.add_warm_rule(warm_rule("morning"))
+    store.warm_rule_warmed("morning", T0)
+    assert store.warm_rules() == [replace(warm_rule("morning"), warmed_fire_at=T0)]
     store.write_ahead_pool(pool("warm", holder=None), T0, warm_rule="morning")
     store.write_ahead_pool(pool("task"), T0)
     assert not store.warm_pool_failed("c1", "task", "stockout", T1)
     assert store.warm_pool_failed("c1", "warm", "stockout", T1)
     assert store.pool("c1", "warm").state is PoolState.DELETING  # type: ignore[union-attr]
     assert upstream.pool_error("c1", "warm") == "stockout"
+    # the fire is to be topped up again once the hold is over
     assert store.warm_rules() == [replace(warm_rule("morning"), last_error="stockout", failed_at=T1)]
     assert not store.warm_pool_failed("c1", "warm", "again", T2)
     store.warm_rule_failed("morning", "reservation res is not READY", T2)

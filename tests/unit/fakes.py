@@ -580,7 +580,7 @@ class MemoryTaskStore:
         with self._tx():
             if rule.name in self.warm:
                 return False
-            self.warm[rule.name] = replace(rule, last_error=None, failed_at=None)
+            self.warm[rule.name] = replace(rule, last_error=None, failed_at=None, warmed_fire_at=None)
             return True
 
     def remove_warm_rule(self, name: str) -> bool:
@@ -616,6 +616,11 @@ class MemoryTaskStore:
                 self._rule_failed(rule, error, now)
             return True
 
+    def warm_rule_warmed(self, name: str, fire: datetime) -> None:
+        with self._tx():
+            if name in self.warm:
+                self.warm[name] = replace(self.warm[name], warmed_fire_at=fire)
+
     def warm_rule_failed(self, name: str, error: str, now: datetime) -> None:
         self.calls.append(("warm_rule_failed", name))
         with self._tx():
@@ -623,7 +628,7 @@ class MemoryTaskStore:
 
     def _rule_failed(self, name: str, error: str, now: datetime) -> None:
         if name in self.warm:
-            self.warm[name] = replace(self.warm[name], last_error=error, failed_at=now)
+            self.warm[name] = replace(self.warm[name], last_error=error, failed_at=now, warmed_fire_at=None)
 
 
 def _queue(progress: Progress) -> QueueKey:

@@ -164,7 +164,7 @@ def test_pools_being_created_count_so_nothing_goes_past_the_target(svc: Services
     assert to_warm(svc) == set()
 
 
-# -- consumed, replenished, trimmed ------------------------------------------------------------------
+# -- consumed, topped up at the next fire, trimmed --------------------------------------------------
 
 
 def test_a_task_takes_a_warm_pool_and_its_message_names_the_rule(svc: Services) -> None:
@@ -174,8 +174,20 @@ def test_a_task_takes_a_warm_pool_and_its_message_names_the_rule(svc: Services) 
     choice = provision(svc, view)
     assert choice == PoolChoice(warm[0], None) and svc.node_pools.count("create") == 2
     assert svc.store.task("t1").message == f"Reusing warm node pool {warm[0]} (tidal rule morning)..."
+    # Not replaced before the next fire: a replacement would queue ahead of the tasks that need
+    # pools of their own on the cluster's one node-pool operation, and stand idle.
+    assert to_warm(svc) == set()
+    assert warm_run(svc) == [] and svc.node_pools.count("create") == 2
+    assert len(pools_of(svc, PoolState.IDLE)) == 1
+
+
+def test_the_next_fire_tops_the_queue_up_again(svc: Services) -> None:
+    at(svc, 9)
+    warm_run(svc)
+    provision(svc, acquiring(svc, "t1"))
+    at(svc, 33)  # the next morning's fire (T0 + 1 day + 9 h)
     assert to_warm(svc) == {Q}
-    assert len(warm_run(svc)) == 1  # replenished: two idle again
+    assert len(warm_run(svc)) == 1  # two idle again: one left from yesterday, one new
     assert len(pools_of(svc, PoolState.IDLE)) == 2
 
 

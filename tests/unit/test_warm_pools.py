@@ -25,6 +25,7 @@ from falcon.domain.warm_pools import (
     check_pools,
     check_rule_name,
     creation_held,
+    needs_topping_up,
     next_change,
     schedulable,
     warm_deficit,
@@ -227,3 +228,42 @@ def test_warm_pool_names_are_gke_names_distinct_per_instant_and_index() -> None:
     assert len(names) == 4
     for name in names:
         assert name.startswith("falcon-2x4-w") and len(name) <= 40
+
+
+def test_in_a_repeated_hour_the_latest_fire_is_the_latest_instant() -> None:
+    """New York, 2026-11-01: at 01:40 EST (06:40Z) the hourly rule's second 01:10 (06:10Z) is later
+    than the fixed rule's 01:30 EDT (05:30Z), though 01:10 reads earlier on the wall clock."""
+    rules = [
+        rule("hourly", "CRON_TZ=America/New_York 0 10 * * * *", 1),
+        rule("half-past-one", "CRON_TZ=America/New_York 0 30 1 * * *", 3),
+    ]
+    target = warm_target(rules, datetime(2026, 11, 1, 6, 40, tzinfo=UTC))
+    assert (target.rule, target.pools, target.fired_at) == (
+        "hourly",
+        1,
+        datetime(2026, 11, 1, 6, 10, tzinfo=UTC),
+    )
+
+
+# -- once per fire --------------------------------------------------------------------------------
+
+FIRE = datetime(2026, 3, 2, 1, 0, tzinfo=UTC)  # Monday 09:00 in Shanghai
+
+
+@pytest.mark.parametrize(
+    ("target", "warmed_fire_at", "expected"),
+    [
+        pytest.param(WarmTarget(2, "morning", FIRE), None, True, id="never-topped-up"),
+        pytest.param(
+            WarmTarget(2, "morning", FIRE), FIRE - timedelta(days=3), True, id="topped-up-last-fire"
+        ),
+        pytest.param(WarmTarget(2, "morning", FIRE), FIRE, False, id="this-fire-done"),
+        pytest.param(NO_TARGET, None, False, id="no-rule-fired-yet"),
+        pytest.param(WarmTarget(2, "gone", FIRE), None, True, id="winner-not-among-rules"),
+    ],
+)
+def test_a_queue_is_topped_up_once_per_fire(
+    target: WarmTarget, warmed_fire_at: datetime | None, expected: bool
+) -> None:
+    rules = [WarmRule("morning", Q, MORNING, 2, ADDED, warmed_fire_at=warmed_fire_at)]
+    assert needs_topping_up(target, rules) is expected

@@ -5,7 +5,13 @@ the TidalScheduler's replicas are: at any instant, among a queue's rules the one
 fire is the most recent give it (the most pools wins when several fire at that instant); a rule
 counts only fires since it was added, so a queue none of whose rules fired yet has no warm
 target (0). The clock is always an argument: the same rules and instant give the same target
-after any restart, with no state to catch up on.
+after any restart.
+
+Pools are created only at a fire: once per fire, the queue is topped up to the target
+(``needs_topping_up``, remembered on the rule as ``warmed_fire_at``). A warm pool a task takes is
+not replaced until the next fire: a replacement would hold the cluster's one node-pool operation
+ahead of the tasks that need pools of their own, and stand idle (benchmarks/bench_tidal.py). The
+target still keeps pools that come back idle (a task ended) and sets how many the reaper spares.
 """
 
 from __future__ import annotations
@@ -14,15 +20,13 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 
 from falcon.domain.cron import CronError, CronSchedule, parse_cron
 from falcon.domain.model import NODE_POOL_PREFIX, QueueKey
 
 MAX_WARM_POOLS = 64  # per rule: a typo of 200 must not order 200 TPU slices
-# A queue whose warm creation failed (stockout, quota, a reservation it cannot use) is not warmed
-# again for this long: retrying every dispatcher round would hammer GKE for the same answer.
 _RULE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -37,6 +41,7 @@ class WarmRule:
     created_at: datetime
     last_error: str | None = None  # the latest warm creation of this rule that failed
     failed_at: datetime | None = None
+    warmed_fire_at: datetime | None = None  # the fire whose pools were recorded (cleared by a failure)
 
 
 def check_rule_name(name: str) -> None:
@@ -73,7 +78,8 @@ def last_fire(rule: WarmRule, now: datetime) -> datetime | None:
     """The rule's latest fire at or before ``now`` since it was added; None if it has not fired."""
     if rule.created_at > now:
         return None
-    return schedule_of(rule.cron).previous_at_or_before(now, now - rule.created_at)
+    fire = schedule_of(rule.cron).previous_at_or_before(now, now - rule.created_at)
+    return fire and fire.astimezone(UTC)  # instants: fires of one zone compare by wall clock (PEP 495)
 
 
 @dataclass(frozen=True)
@@ -114,7 +120,16 @@ def warm_targets(rules: Iterable[WarmRule], now: datetime) -> dict[QueueKey, War
 
 def next_change(rules: Iterable[WarmRule], now: datetime) -> datetime | None:
     """The earliest instant after ``now`` at which a target may change: the next fire of any rule."""
-    return min((schedule_of(rule.cron).next_after(now) for rule in rules), default=None)
+    return min((schedule_of(rule.cron).next_after(now).astimezone(UTC) for rule in rules), default=None)
+
+
+def needs_topping_up(target: WarmTarget, rules: Iterable[WarmRule]) -> bool:
+    """Whether the queue's pools for the fire that set ``target`` are still to be recorded."""
+    if target.rule is None or target.fired_at is None:
+        return False
+    winner = next((rule for rule in rules if rule.name == target.rule), None)
+    done = winner.warmed_fire_at if winner is not None else None
+    return done is None or done < target.fired_at
 
 
 def warm_deficit(target: int, idle: int, creating: int) -> int:

@@ -30,6 +30,7 @@ from falcon.domain.warm_pools import (
     WarmTarget,
     by_queue,
     creation_held,
+    needs_topping_up,
     schedulable,
     warm_deficit,
     warm_pool_name,
@@ -102,6 +103,7 @@ def queues_to_warm(
         queue
         for queue, target in targets.items()
         if _active(clusters.get(queue.cluster_id))
+        and needs_topping_up(target, rules_of.get(queue, []))
         and warm_deficit(target.pools, idle[queue], creating[queue]) > 0
         and not creation_held(rules_of.get(queue, []), now, hold)
     }
@@ -148,6 +150,8 @@ def _write_ahead(
     ones before it took, so a reservation with room for one of two gets one, flex-start the other."""
     shape = resolve_shape(cluster.tpu_type, queue.topology)
     with services.store.cluster_locked(cluster.id) as store:
+        if not needs_topping_up(target, store.warm_rules()):
+            return  # another run recorded this fire's pools, or a task took them since
         of_queue = [p for p in store.pools_in([PoolState.CREATING, PoolState.IDLE]) if _queue_of(p) == queue]
         idle = sum(1 for p in of_queue if p.state is PoolState.IDLE)
         creating = sum(1 for p in of_queue if _warm_creating(p))
@@ -165,6 +169,8 @@ def _write_ahead(
                 holder_task_id=None,
             )
             store.write_ahead_pool(pool, now, warm_rule=target.rule)
+        assert target.rule is not None and target.fired_at is not None  # needs_topping_up held
+        store.warm_rule_warmed(target.rule, target.fired_at)
 
 
 def _fresh_names(store: TaskStore, queue: QueueKey, now: datetime) -> Iterator[str]:

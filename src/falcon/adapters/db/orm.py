@@ -186,6 +186,7 @@ class WarmRuleRow(Base):
     pools: Mapped[int] = mapped_column(sa.Integer)
     last_error: Mapped[str | None] = mapped_column(sa.Text)  # the latest failed warm creation
     failed_at: Mapped[datetime | None]
+    warmed_fire_at: Mapped[datetime | None]  # the fire whose pools were last recorded (once per fire)
     created_at: Mapped[datetime]
 
     __table_args__ = (sa.Index("ix_falcon_warm_rules__cluster_id__topology", "cluster_id", "topology"),)

@@ -832,6 +832,7 @@ def _warm_rule(row: WarmRuleRow) -> WarmRule:
         created_at=row.created_at,
         last_error=row.last_error,
         failed_at=row.failed_at,
+        warmed_fire_at=row.warmed_fire_at,
     )
 
 
@@ -887,12 +888,14 @@ def warm_pool_failed(session: Session, cluster_id: str, name: str, error: str, n
 
 def warm_rule_failed(session: Session, name: str, error: str, now: datetime) -> None:
     """A warm creation of the rule failed: ``falcon tidal pool list`` shows why, and its queue
-    is not warmed again for a while."""
-    session.execute(
-        sa.update(WarmRuleRow)
-        .where(WarmRuleRow.name == name)
-        .values({WarmRuleRow.last_error: error, WarmRuleRow.failed_at: now})
-    )
+    is not warmed again for a while; then its fire is topped up again."""
+    values = {WarmRuleRow.last_error: error, WarmRuleRow.failed_at: now, WarmRuleRow.warmed_fire_at: None}
+    session.execute(sa.update(WarmRuleRow).where(WarmRuleRow.name == name).values(values))
+
+
+def warm_rule_warmed(session: Session, name: str, fire: datetime) -> None:
+    """The pools of the rule's fire at ``fire`` are recorded: that fire is not topped up again."""
+    session.execute(sa.update(WarmRuleRow).where(WarmRuleRow.name == name).values(warmed_fire_at=fire))
 
 
 def task_view_rows(session: Session, task_id: str) -> tuple[Task | None, Cluster | None, Progress | None]:

@@ -222,6 +222,10 @@ class SqlTaskStore:
         with self._tx() as s:
             return repo.warm_pool_failed(s, cluster_id, name, error, now)
 
+    def warm_rule_warmed(self, name: str, fire: datetime) -> None:
+        with self._tx() as s:
+            repo.warm_rule_warmed(s, name, fire)
+
     def warm_rule_failed(self, name: str, error: str, now: datetime) -> None:
         with self._tx() as s:
             repo.warm_rule_failed(s, name, error, now)

@@ -29,6 +29,7 @@ def upgrade() -> None:
         sa.Column("pools", sa.Integer(), nullable=False),
         sa.Column("last_error", sa.Text(), nullable=True),
         sa.Column("failed_at", UTC_DATETIME, nullable=True),
+        sa.Column("warmed_fire_at", UTC_DATETIME, nullable=True),
         sa.Column("created_at", UTC_DATETIME, nullable=False),
         sa.PrimaryKeyConstraint("name", name="pk_falcon_warm_rules"),
     )
