@@ -1,8 +1,8 @@
 """Tidal warm pools: keep each queue's target of idle node pools ready (issue 9 §3).
 
 Two halves. The dispatcher's ``Warmer`` finds, every reconcile round and at each fire, the queues
-short of their target (idle pools plus warm pools being created) and starts one warm run per such
-queue; it never calls GKE, so the tick never waits on a pool. The run plans (``plan_warm_pools``:
+whose latest fire is not yet topped up and that are short of their target (idle pools plus warm
+pools being created), and starts one warm run per such queue; it never calls GKE, so the tick never waits on a pool. The run plans (``plan_warm_pools``:
 placement decided and each pool recorded before GKE is asked, under the cluster's lock, exactly as
 a task's provisioning does) and then creates (``create_warm_pools``: create, wait until ready, the
 pool goes idle for the queue's tasks). Counting again under the lock is what keeps any number of
