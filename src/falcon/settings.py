@@ -135,7 +135,10 @@ class Settings(BaseSettings):
         default=60, gt=0, description="each watch request lasts at most this long, then resumes"
     )
     tidal_retry_seconds: float = Field(
-        default=30.0, gt=0, description="a failed evaluation, or a missing target, is tried again after this"
+        default=30.0,
+        gt=0,
+        description="a missing target is looked for again after this; a failed evaluation after 0.5 s, "
+        "doubling up to this",
     )
     tidal_cluster_refresh_seconds: float = Field(
         default=60.0, gt=0, description="how often the registry is read for clusters to follow"

@@ -17,6 +17,7 @@ import threading
 import urllib.request
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -284,6 +285,29 @@ def test_a_failing_cluster_is_retried_later_and_does_not_hold_up_another() -> No
     assert fires(h.api("c1")) == [
         ("production/web-tide", NINE + timedelta(seconds=30), "2026-03-02T09:00:00Z")
     ]
+
+
+def test_a_failed_evaluation_is_tried_again_within_a_second_then_less_and_less_often() -> None:
+    """A connection the API server closed under a reused socket costs the fire half a second, not
+    the 30 s of FALCON_TIDAL_RETRY_SECONDS; a cluster that keeps failing is asked less often."""
+    h = Harness([cluster("c1")], now=NINE - timedelta(seconds=1))
+    h.api().add("web-tide", [{"name": "nine", "cron": DAILY_NINE, "replicas": 4}])
+    h.list_all()
+    h.api().failing = TemporaryError("connection reset by peer")
+    wakes = [h.advance_to(NINE)]
+    for _ in range(8):
+        wakes.append(h.advance_to(wakes[-1]))  # type: ignore[arg-type]
+    gaps = [(b - a).total_seconds() for a, b in pairwise([NINE, *wakes])]  # type: ignore[list-item]
+    assert gaps == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+
+    h = Harness([cluster("c1")], now=NINE - timedelta(seconds=1))
+    h.api().add("web-tide", [{"name": "nine", "cron": DAILY_NINE, "replicas": 4}])
+    h.list_all()
+    h.api().failing = TemporaryError("connection reset by peer")
+    retry = h.advance_to(NINE)
+    h.api().failing = None
+    h.advance_to(retry)  # type: ignore[arg-type]
+    assert fires(h.api()) == [("production/web-tide", NINE + timedelta(seconds=0.5), "2026-03-02T09:00:00Z")]
 
 
 @pytest.mark.parametrize(

@@ -49,6 +49,7 @@ Submit = Callable[[str, Callable[[], None]], None]
 Spawn = Callable[[Callable[[], None], str], None]
 
 MAX_WAIT_SECONDS = 1.0  # the loop looks at its stop flag at least this often
+FIRST_RETRY = timedelta(seconds=0.5)  # after a failed evaluation; doubled while it keeps failing
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ class _Tracked:
     wake: datetime | None = None
     busy: bool = False  # an evaluation is out on a worker
     again: bool = False  # evaluate once more when it is back
+    failures: int = 0  # evaluations failed in a row: the next is tried after FIRST_RETRY * 2**(n-1)
 
 
 def follow(
@@ -288,13 +290,17 @@ class TidalController:
         if tracked is None:
             return  # deleted while it was being evaluated
         tracked.busy = False
+        wake = event.wake
         if event.status is not None:
             tracked.obj = replace(tracked.obj, status=event.status)
+            tracked.failures = 0
         else:
             tracked.seen = None  # failed: what it saw is not done with
-        tracked.wake = event.wake
-        if event.wake is not None:
-            heapq.heappush(self._heap, (event.wake, next(self._order), event.cluster_id, event.key))
+            tracked.failures += 1
+            wake = self._clock.now() + self._backoff(tracked.failures)
+        tracked.wake = wake
+        if wake is not None:
+            heapq.heappush(self._heap, (wake, next(self._order), event.cluster_id, event.key))
         if tracked.again:
             tracked.again = False
             self._evaluate_now(event.cluster_id, tracked)
@@ -343,7 +349,7 @@ class TidalController:
             self._log.warning(
                 "event=tidal_evaluate_failed cluster=%s object=%s error=%s", cluster.name, obj.key, exc
             )
-            return Evaluated(cluster.id, obj.key, now + self._retry, None)
+            return Evaluated(cluster.id, obj.key, None, None)  # the loop decides when to try again
         if result.applied is not None and result.changed:
             self._note_fire(cluster, obj, result.applied, result.status.desired_replicas)
         if result.problem is not None:
@@ -356,6 +362,12 @@ class TidalController:
     @property
     def _retry(self) -> timedelta:
         return timedelta(seconds=self._config.retry_seconds)
+
+    def _backoff(self, failures: int) -> timedelta:
+        """A failed evaluation is tried again soon: most failures are a connection the API server
+        closed under a reused socket, and the fire must still reach status within a second. A
+        cluster that keeps failing is asked less and less often, up to ``retry_seconds``."""
+        return min(self._retry, FIRST_RETRY * (1 << min(failures - 1, 16)))
 
     def _scales(self, obj: TidalScheduler) -> bool:
         return self._config.scale_all or obj.scale_requested
