@@ -2,13 +2,14 @@
 
 Two halves. The dispatcher's ``Warmer`` finds, every reconcile round and at each fire, the queues
 whose latest fire is not yet topped up and that are short of their target (idle pools plus warm
-pools being created), and starts one warm run per such queue; it never calls GKE, so the tick never waits on a pool. The run plans (``plan_warm_pools``:
-placement decided and each pool recorded before GKE is asked, under the cluster's lock, exactly as
-a task's provisioning does) and then creates (``create_warm_pools``: create, wait until ready, the
-pool goes idle for the queue's tasks). Counting again under the lock is what keeps any number of
-runs from going past the target, so a run started twice (a dispatcher restarted while one was
-alive) duplicates nothing; a run that died leaves its pools recorded as being created, and the
-next run of the queue resumes them. The reaper trims pools above the target (``reap_idle_pools``).
+pools being created), and starts one warm run per such queue; it never calls GKE, so the tick
+never waits on a pool. The run plans (``plan_warm_pools``: placement decided and each pool
+recorded before GKE is asked, under the cluster's lock, exactly as a task's provisioning does)
+and then creates (``create_warm_pools``: create, wait until ready, the pool goes idle for the
+queue's tasks). Counting again under the lock is what keeps any number of runs from going past
+the target, so a run started twice (a dispatcher restarted while one was alive) duplicates
+nothing; a run that died leaves its pools recorded as being created, and the next run of the
+queue resumes them. The reaper trims pools above the target (``reap_idle_pools``).
 """
 
 from __future__ import annotations
