@@ -25,7 +25,7 @@ from tests.unit.fakes import FakeClock, cluster
 
 from falcon.adapters.health import serving_health
 from falcon.adapters.metrics import PrometheusTidalMetrics
-from falcon.domain.errors import TemporaryError
+from falcon.domain.errors import NotFoundError, TemporaryError
 from falcon.domain.model import Cluster, ClusterStatus
 from falcon.domain.tidal import SCALE_ANNOTATION, ResourceVersionGone, TargetRef, WatchEvent
 from falcon.services.health import Verdict
@@ -402,6 +402,28 @@ def test_the_follower_lists_watches_and_lists_again_after_410_gone() -> None:
 
     assert [type(e).__name__ for e in events] == ["Listed", "Watched", "Listed"]
     assert api.watched_from == ["7", "12", "7"]  # resumed from the bookmark; after the 410, from the list
+
+
+def test_a_cluster_without_the_crd_is_warned_about_once(caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock(NINE)
+    api = FakeTidalCluster(clock)
+    api.failing = NotFoundError("the server could not find the requested resource")
+    stop = threading.Event()
+    tries = iter(range(3))
+
+    def objects_of(_cluster: Cluster) -> FakeTidalCluster:
+        if next(tries, None) is None:
+            stop.set()
+        return api
+
+    with caplog.at_level(logging.DEBUG, logger=LOG.name):
+        follow(cluster("c1"), objects_of, lambda _event: None, stop, 0.0, LOG)
+
+    told = [(r.levelno, r.getMessage().split()[0]) for r in caplog.records]
+    assert (
+        told
+        == [(logging.WARNING, "event=tidal_crd_missing")] + [(logging.DEBUG, "event=tidal_crd_missing")] * 3
+    )
 
 
 def test_the_loop_reports_live_only_while_it_turns() -> None:

@@ -116,7 +116,10 @@ def follow(
     log: Log,
 ) -> None:
     """List, then watch from the list's resourceVersion, until ``stop``; list again after a 410
-    Gone, and after any other failure once ``retry_seconds`` have passed."""
+    Gone, and after any other failure once ``retry_seconds`` have passed. A cluster without the
+    CRD is warned about once (then at debug level, until it is installed): most clusters of a
+    registry may never run TidalSchedulers."""
+    told_no_crd = False
     while not stop.is_set():
         try:
             api = objects_of(cluster)
@@ -130,12 +133,13 @@ def follow(
         except ResourceVersionGone:
             log.info("event=tidal_relist cluster=%s", cluster.name)
         except NotFoundError:  # the API server does not serve the resource: no CRD there
-            log.warning(
+            (log.debug if told_no_crd else log.warning)(
                 "event=tidal_crd_missing cluster=%s hint='falcon tidal apply -f "
                 "infra/tidal-scheduler/crd.yaml --cluster %s (or kubectl apply)'",
                 cluster.name,
                 cluster.name,
             )
+            told_no_crd = True
             stop.wait(retry_seconds)
         except Exception as exc:  # the cluster's trouble: logged, tried again, never the others'
             log.warning("event=tidal_watch_failed cluster=%s error=%s", cluster.name, exc)
