@@ -88,7 +88,8 @@ def pool_list() -> None:
     """Every warm rule with its queue, next fire, and whether it gives its queue's target now."""
     from falcon.adapters.clock import utc_now
     from falcon.adapters.db import repository as repo
-    from falcon.domain.warm_pools import schedulable, schedule_of, warm_targets
+    from falcon.domain.cron import parse_cron
+    from falcon.domain.warm_pools import schedulable, warm_targets
 
     with database() as session:
         rules, clusters = repo.warm_rules(session), {c.id: c.name for c in repo.list_clusters(session)}
@@ -98,7 +99,7 @@ def pool_list() -> None:
     for rule in rules:
         queue = f"{clusters.get(rule.queue.cluster_id, rule.queue.cluster_id):<16} {rule.queue.topology:<8}"
         if rule in usable:
-            upcoming = schedule_of(rule.cron).next_after(now)
+            upcoming = parse_cron(rule.cron).next_after(now)
             when = f"next={upcoming.isoformat()}{_active(targets[rule.queue], rule)}"
         else:
             when = "invalid cron, ignored"

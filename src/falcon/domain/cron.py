@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
+from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim
@@ -227,8 +228,11 @@ class CronSchedule:
         return high
 
 
+@lru_cache(maxsize=8192)
 def parse_cron(expression: str) -> CronSchedule:
-    """Parse a TidalScheduler rule; raise CronError naming the bad field."""
+    """Parse a TidalScheduler rule; raise CronError naming the bad field. Parsed once per
+    expression (a schedule is immutable): the controller and the dispatcher read every rule at
+    every evaluation."""
     zone, body = _split_zone(expression)
     if body.startswith("@"):
         return _parse_descriptor(expression, zone, body)

@@ -17,7 +17,7 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
-from falcon.domain.cron import CronError, CronSchedule, parse_cron
+from falcon.domain.cron import CronError, parse_cron
 from falcon.domain.errors import TemporaryError
 
 GROUP = "scheduling.tidal.io"
@@ -293,19 +293,13 @@ class Evaluation:
     wake: datetime | None = None
 
 
-@lru_cache(maxsize=8192)
-def _schedule(expression: str) -> CronSchedule:
-    """Parsed once per expression: every fire of every object re-reads its rules."""
-    return parse_cron(expression)
-
-
 @lru_cache(maxsize=65536)
 def _fires_around(expression: str, second: datetime, catch_up: timedelta) -> tuple[datetime | None, datetime]:
     """A rule's latest fire at or before ``second`` (no older than ``catch_up``) and its next one
     after it. Fires fall on whole seconds, so every evaluation within one second gets the same
     answer: objects that share rules (a fleet of them at 09:00) compute it once. Both come back in
     UTC: fires of one zone compare by wall clock in Python, wrong inside a repeated hour (PEP 495)."""
-    schedule = _schedule(expression)
+    schedule = parse_cron(expression)
     latest = schedule.previous_at_or_before(second, catch_up)
     return (latest and latest.astimezone(UTC)), schedule.next_after(second).astimezone(UTC)
 
@@ -326,7 +320,7 @@ def validate(obj: TidalScheduler, target_exists: bool) -> tuple[Problem | None, 
         seen.setdefault(rule.name, position)
     for rule in obj.rules:
         try:
-            _schedule(rule.cron)
+            parse_cron(rule.cron)
         except CronError as error:
             found.append((Problem.INVALID_CRON, f"rule {rule.name!r}: {error}"))
     if obj.target is not None:

@@ -21,9 +21,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
 
-from falcon.domain.cron import CronError, CronSchedule, parse_cron
+from falcon.domain.cron import CronError, parse_cron
 from falcon.domain.model import NODE_POOL_PREFIX, QueueKey
 
 MAX_WARM_POOLS = 64  # per rule: a typo of 200 must not order 200 TPU slices
@@ -55,19 +54,13 @@ def check_pools(pools: int) -> None:
         raise ValueError(f"pools: {pools} is not between 0 and {MAX_WARM_POOLS}")
 
 
-@lru_cache(maxsize=4096)
-def schedule_of(cron: str) -> CronSchedule:
-    """Parsed once per expression: the dispatcher evaluates every rule every round."""
-    return parse_cron(cron)
-
-
 def schedulable(rules: Iterable[WarmRule]) -> list[WarmRule]:
     """The rules whose cron parses. ``add`` refuses any other, but a row written by hand (or by
     another falcon) must cost only its own rule, never the dispatcher's round."""
     usable = []
     for rule in rules:
         try:
-            schedule_of(rule.cron)
+            parse_cron(rule.cron)
         except CronError:
             continue
         usable.append(rule)
@@ -78,7 +71,7 @@ def last_fire(rule: WarmRule, now: datetime) -> datetime | None:
     """The rule's latest fire at or before ``now`` since it was added; None if it has not fired."""
     if rule.created_at > now:
         return None
-    fire = schedule_of(rule.cron).previous_at_or_before(now, now - rule.created_at)
+    fire = parse_cron(rule.cron).previous_at_or_before(now, now - rule.created_at)
     return fire and fire.astimezone(UTC)  # instants: fires of one zone compare by wall clock (PEP 495)
 
 
@@ -120,7 +113,7 @@ def warm_targets(rules: Iterable[WarmRule], now: datetime) -> dict[QueueKey, War
 
 def next_change(rules: Iterable[WarmRule], now: datetime) -> datetime | None:
     """The earliest instant after ``now`` at which a target may change: the next fire of any rule."""
-    return min((schedule_of(rule.cron).next_after(now).astimezone(UTC) for rule in rules), default=None)
+    return min((parse_cron(rule.cron).next_after(now).astimezone(UTC) for rule in rules), default=None)
 
 
 def needs_topping_up(target: WarmTarget, rules: Iterable[WarmRule]) -> bool:

@@ -131,7 +131,7 @@ def _decide_and_write_ahead(services: Services, view: TaskView) -> NodePoolPlan:
     with services.store.cluster_locked(view.cluster.id) as store:
         decision = _decide(services, store, view)
         plan = _plan(view, decision.mode, decision.reservation)
-        store.write_ahead_pool(_pool_record(view, plan), now)
+        store.write_ahead_pool(creating_pool(view.cluster.id, plan, view.task.id), now)
         moved = store.note_pending(
             view.task.id, _provisioning_message(services, decision), now, decision.reason, plan.name
         )
@@ -185,16 +185,17 @@ def _provisioning_message(services: Services, decision: ProvisioningDecision) ->
     return services.say(MessageKey.PROVISIONING_FLEX_START)
 
 
-def _pool_record(view: TaskView, plan: NodePoolPlan) -> NodePool:
+def creating_pool(cluster_id: str, plan: NodePoolPlan, holder: str | None) -> NodePool:
+    """The write-ahead record of a pool about to be created: a task's (its holder), or warm (none)."""
     return NodePool(
-        cluster_id=view.cluster.id,
+        cluster_id=cluster_id,
         name=plan.name,
-        topology=view.shape.topology,
-        machine_type=view.shape.machine_type,
+        topology=plan.shape.topology,
+        machine_type=plan.shape.machine_type,
         mode=plan.mode,
         reservation=plan.reservation,
         state=PoolState.CREATING,
-        holder_task_id=view.task.id,
+        holder_task_id=holder,
     )
 
 

@@ -37,7 +37,12 @@ from falcon.domain.warm_pools import (
     warm_pool_name,
     warm_target,
 )
-from falcon.services.acquisition import decide_placement, ensure_workload_policy, with_operation_error
+from falcon.services.acquisition import (
+    creating_pool,
+    decide_placement,
+    ensure_workload_policy,
+    with_operation_error,
+)
 from falcon.services.context import Services
 from falcon.services.ports import TaskStore
 
@@ -159,17 +164,8 @@ def _write_ahead(
         names = _fresh_names(store, queue, now)
         for _ in range(warm_deficit(target.pools, idle, creating)):
             decision = decide_placement(services, store, cluster, shape)
-            pool = NodePool(
-                cluster_id=cluster.id,
-                name=next(names),
-                topology=queue.topology,
-                machine_type=shape.machine_type,
-                mode=decision.mode,
-                reservation=decision.reservation,
-                state=PoolState.CREATING,
-                holder_task_id=None,
-            )
-            store.write_ahead_pool(pool, now, warm_rule=target.rule)
+            plan = NodePoolPlan(next(names), shape, decision.mode, decision.reservation, cluster.node_zone)
+            store.write_ahead_pool(creating_pool(cluster.id, plan, None), now, warm_rule=target.rule)
         assert target.rule is not None and target.fired_at is not None  # needs_topping_up held
         store.warm_rule_warmed(target.rule, target.fired_at)
 
