@@ -1,8 +1,9 @@
-"""The database unit of work of the ``falcon`` commands (tasks, clusters, warm-pool rules)."""
+"""The database unit of work of the ``falcon`` commands (tasks, clusters, warm-pool rules), and
+how a command names a registered cluster."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -10,6 +11,8 @@ import typer
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
+
+    from falcon.domain.model import Cluster
 
 
 def database_url() -> str:
@@ -38,3 +41,19 @@ def database() -> Iterator[Session]:
             yield session
     finally:
         engine_for(url).dispose()  # closes the SQLite connection now: its WAL is checkpointed
+
+
+def registered_cluster(clusters: Sequence[Cluster], wanted: str) -> Cluster:
+    """The registered cluster of that id or name; a name two projects share must be given by id."""
+    by_id = [c for c in clusters if c.id == wanted]
+    matches = by_id or [c for c in clusters if c.name == wanted]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise typer.BadParameter(
+            f"no registered cluster {wanted} (falcon cluster list)", param_hint="--cluster"
+        )
+    ids = ", ".join(f"{c.id} ({c.project}/{c.location})" for c in matches)
+    raise typer.BadParameter(
+        f"{len(matches)} clusters are named {wanted}; give the id: {ids}", param_hint="--cluster"
+    )

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from falcon.cli_db import registered_cluster
 from falcon.warm_pool_cli import pool_app
 
 if TYPE_CHECKING:
@@ -202,7 +203,8 @@ def _text(value: object) -> str:
 
 
 def _clusters(name: str | None) -> list[Cluster]:
-    """The registered cluster called ``name`` (name or id), or every active one; exits 1 if none."""
+    """The registered cluster called ``name`` (id, or a name no two projects share), or every active
+    one; exits 1 if there is no active one."""
     from falcon.adapters.db.migrate import SchemaState, schema_state
     from falcon.adapters.db.store import SqlTaskStore
     from falcon.domain.model import ClusterStatus
@@ -210,17 +212,13 @@ def _clusters(name: str | None) -> list[Cluster]:
 
     url = get_settings().resolved_database_url
     registered = [] if schema_state(url) is SchemaState.NEW else SqlTaskStore(url).clusters()
-    chosen = (
-        [c for c in registered if name in (c.name, c.id)]
-        if name is not None
-        else [c for c in registered if c.status is ClusterStatus.ACTIVE]
-    )
-    if not chosen:
-        typer.echo(
-            f"falcon tidal: no registered cluster {name or '(active)'}; see `falcon cluster add`", err=True
-        )
+    if name is not None:
+        return [registered_cluster(registered, name)]
+    active = [c for c in registered if c.status is ClusterStatus.ACTIVE]
+    if not active:
+        typer.echo("falcon tidal: no active registered cluster; see `falcon cluster add`", err=True)
         raise typer.Exit(code=1)
-    return chosen
+    return active
 
 
 def _tidal_api(cluster: Cluster) -> TidalKubernetes:

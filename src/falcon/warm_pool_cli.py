@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from falcon.cli_db import database
+from falcon.cli_db import database, registered_cluster
 
 if TYPE_CHECKING:
-    from falcon.domain.model import Cluster
     from falcon.domain.warm_pools import WarmRule, WarmTarget
 
 pool_app = typer.Typer(
@@ -53,7 +52,7 @@ def pool_add(
         except ValueError as exc:  # a CronError names the field: "hour: 25 is above the maximum 23 (in '…')"
             raise typer.BadParameter(str(exc), param_hint=option) from exc
     with database() as session:
-        found = _cluster(repo.list_clusters(session), cluster)
+        found = registered_cluster(repo.list_clusters(session), cluster)
         if tpu_type is not None and canonical_tpu_type(tpu_type) != canonical_tpu_type(found.tpu_type):
             raise typer.BadParameter(f"cluster {found.name} offers {found.tpu_type}", param_hint="--tpu-type")
         try:
@@ -65,22 +64,6 @@ def pool_add(
             typer.echo(f"falcon: a warm rule named {name} exists already (remove it first)", err=True)
             raise typer.Exit(code=1)
     typer.echo(f"added {name}: {pools} pool(s) of {found.tpu_type} {shape.topology} on {found.name}, {cron}")
-
-
-def _cluster(clusters: list[Cluster], wanted: str) -> Cluster:
-    """The registered cluster of that id or name; a name two projects share must be given by id."""
-    by_id = [c for c in clusters if c.id == wanted]
-    matches = by_id or [c for c in clusters if c.name == wanted]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise typer.BadParameter(
-            f"no registered cluster {wanted} (falcon cluster list)", param_hint="--cluster"
-        )
-    ids = ", ".join(f"{c.id} ({c.project}/{c.location})" for c in matches)
-    raise typer.BadParameter(
-        f"{len(matches)} clusters are named {wanted}; give the id: {ids}", param_hint="--cluster"
-    )
 
 
 @pool_app.command("list")
