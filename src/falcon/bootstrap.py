@@ -29,6 +29,7 @@ from falcon.adapters.k8s import KubernetesJobs
 from falcon.adapters.metrics import PrometheusTidalMetrics
 from falcon.adapters.tidal_k8s import TidalKubernetes
 from falcon.domain.model import Cluster
+from falcon.domain.pool_economics import CostPolicy
 from falcon.services.context import Services
 from falcon.services.ports import Launcher
 from falcon.services.tidal import ClusterWorkers, Log, TidalConfig, TidalController
@@ -115,6 +116,7 @@ def build_services(settings: Settings, launcher: Launcher | None = None) -> Serv
         slots=PrefectSlots(),
         launcher=launcher or DeploymentLauncher(),
         clock=SystemClock(),
+        keep_policy=CostPolicy(settings.pool_creation_prior_seconds),
     )
 
 

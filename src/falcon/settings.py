@@ -8,7 +8,6 @@ local Prefect server, emulator). Secrets never live here: GCP credentials come f
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
 
@@ -80,7 +79,13 @@ class Settings(BaseSettings):
     node_pool_timeout_seconds: int = Field(
         default=1800, gt=0, description="create (and delete) of one node pool must finish within this"
     )
-    kept_pool_grace_seconds: int = Field(default=120, gt=0, description="a kept pool nobody takes is deleted")
+    # GKE documents 5-10 minutes for a TPU slice; Falcon then learns each queue's own times.
+    pool_creation_prior_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        le=366 * 24 * 3600,
+        description="a pool creation's assumed duration until a queue has observed some",
+    )
     orphan_scan_seconds: float = Field(
         default=300.0, gt=0, description="how often GKE is scanned for orphans"
     )
@@ -167,10 +172,6 @@ class Settings(BaseSettings):
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{(self.home / 'falcon.db').resolve()}"
-
-    @property
-    def kept_pool_grace(self) -> timedelta:
-        return timedelta(seconds=self.kept_pool_grace_seconds)
 
 
 @lru_cache(maxsize=1)

@@ -52,6 +52,7 @@ def services(
     monkeypatch.setenv("FALCON_POLL_SECONDS", "0.2")
     monkeypatch.setenv("FALCON_RECONCILE_SECONDS", "0.3")
     monkeypatch.setenv("FALCON_MESSAGE_LOCALE", "en")
+    monkeypatch.setenv("FALCON_POOL_CREATION_PRIOR_SECONDS", "1")  # emulated pools take about that
     get_settings.cache_clear()
     settings = get_settings()
     with session_scope(db_url) as s:

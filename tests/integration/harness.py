@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import ClassVar
 
@@ -17,7 +18,9 @@ from sqlalchemy.orm import Session
 
 from falcon.adapters.clock import utc_now
 from falcon.adapters.db import repository as repo
+from falcon.adapters.db.orm import TaskProgressRow
 from falcon.adapters.db.session import session_scope
+from falcon.domain.lifecycle import Phase
 from falcon.domain.model import Cluster, ClusterStatus, Task
 from falcon.domain.status import TERMINAL
 from falcon.services.context import Services
@@ -127,6 +130,26 @@ def wait_http(url: str, seconds: float) -> None:
 def db(services: Services) -> AbstractContextManager[Session]:
     """A transaction on the test's database, for reading what the steps wrote."""
     return session_scope(services.settings.resolved_database_url)
+
+
+def seldom_used(services: Services, topology: str = "2x2", cluster_id: str = CLUSTER.id) -> None:
+    """The queue's history as intake records it: finished tasks taken in about once an hour.
+    Keep-or-delete by cost then deletes a pool nobody waits for at once, which the tests about
+    what a release does with its pool (delete it, report a failed deletion) rely on."""
+    now = utc_now()
+    with db(services) as s:
+        for n in range(6):
+            s.add(
+                TaskProgressRow(
+                    task_id=f"past-{cluster_id}-{topology}-{n}",
+                    phase=Phase.DONE.value,
+                    cluster_id=cluster_id,
+                    topology=topology,
+                    attempt=0,
+                    queued_at=now - timedelta(hours=6 - n),
+                    updated_at=now,
+                )
+            )
 
 
 class Driver:

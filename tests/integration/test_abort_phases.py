@@ -85,15 +85,19 @@ def assert_pool_handed_on(
     services: Services, emulator: EmulatorServer, driver: Driver, aborted: str, waiter: str, creates: int = 1
 ) -> None:
     """The waiter ran on the aborted task's pool; GKE saw no other create for it; the pool went
-    once nobody waited any more, and the slot is free."""
+    once nobody waited any more and its horizon passed, and the slot is free."""
     driver.run_until_done([waiter])
     pool = task_row(services, aborted).node_pool_name
     taken = task_row(services, waiter)
     assert taken.status is Status.SUCCEEDED and taken.node_pool_name == pool
     assert emulator_counters(emulator)["nodePoolsCreated"] == creates
-    with db(services) as s:
-        record = repo.get_pool(s, CLUSTER.id, pool or "")
-    assert record is not None and record.state is PoolState.DELETED
+
+    def deleted(_: object) -> bool:
+        with db(services) as s:
+            record = repo.get_pool(s, CLUSTER.id, pool or "")
+        return record is not None and record.state is PoolState.DELETED
+
+    driver.run_until(deleted, seconds=15)
     queue = QueueKey(CLUSTER.id, taken.topology or "")
     driver.run_until(lambda _: slot_in_use(queue) == 0, seconds=10)
 

@@ -51,6 +51,7 @@ from tests.integration.harness import (
     db,
     emulator_counters,
     inject_fault,
+    seldom_used,
     submit,
     task_row,
     with_env,
@@ -135,6 +136,7 @@ def test_a_pool_deletion_that_keeps_failing_is_reported_and_swept_later(
 ) -> None:
     """Retried (with growing waits) until the deadline, then appended to the Message of the
     Job's own result; the pool stays recorded as deleting and the reaper deletes it later."""
+    seldom_used(services)  # a queue used about once an hour: its pool goes at release
     inject_fault(emulator, "DELETE", r"/nodePools/falcon-", 500, "Internal error encountered.")
     driver = Driver(with_pool_timeout(services, monkeypatch, 2))
     submit(db_url, "t-ok", "alice", "2x2")
@@ -164,6 +166,7 @@ def test_a_job_deleted_by_someone_else_fails_the_task_with_job_failed(
     reached: Callable[[Task], bool],
 ) -> None:
     """Never left Running, and never submitted again (the pending case used to be)."""
+    seldom_used(services)  # a queue used about once an hour: its pool goes at release
     driver = Driver(services)
     submit(db_url, "t-del", "alice", "2x2", run_seconds=600, image=image)
     driver.run_until(lambda t: reached(t["t-del"]))

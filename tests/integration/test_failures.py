@@ -26,6 +26,7 @@ from tests.integration.harness import (
     db,
     emulator_counters,
     inject_fault,
+    seldom_used,
     submit,
     with_project,
 )
@@ -54,6 +55,7 @@ def task_of(services: Services, task_id: str):  # type: ignore[no-untyped-def]
 def test_a_failing_container_fails_the_task_with_job_failed(
     services: Services, db_url: str, emulator: EmulatorServer, env: dict[str, str], expected: str
 ) -> None:
+    seldom_used(services)  # a queue used about once an hour: its pool goes at release
     submit(db_url, "t-fail", "alice", "2x2", run_seconds=0.5, env=env)
     finished(services, "t-fail")
     task = task_of(services, "t-fail")
@@ -66,6 +68,7 @@ def test_a_failing_container_fails_the_task_with_job_failed(
 def test_a_task_running_past_its_timeout_fails_with_timeout(
     services: Services, db_url: str, emulator: EmulatorServer
 ) -> None:
+    seldom_used(services)  # a queue used about once an hour: its pool goes at release
     submit(db_url, "t-slow", "alice", "2x2", run_seconds=600, timeout=3)
     finished(services, "t-slow")
     task = task_of(services, "t-slow")
@@ -91,6 +94,7 @@ def test_a_refused_node_pool_fails_the_task_with_node_pool_failed(
 def test_a_refused_job_fails_the_task_with_job_submit_failed_and_deletes_the_pool(
     services: Services, db_url: str, emulator: EmulatorServer
 ) -> None:
+    seldom_used(services)  # a queue used about once an hour: its pool goes at release
     inject_fault(emulator, "POST", r"/jobs$", 403, "admission webhook denied the request")
     submit(db_url, "t-denied", "alice", "2x2")
     finished(services, "t-denied")

@@ -346,6 +346,70 @@ def test_claim_idle_pool_gives_the_oldest_idle_pool_to_exactly_one_task(store: T
     assert store.idle_count(Q) == 0 and store.idle_count(Q2) == 1
 
 
+def test_hand_over_swaps_a_creating_pool_for_the_oldest_idle_one_in_one_write(store: TaskStore) -> None:
+    store.write_ahead_pool(pool("mine"), T0)
+    assert store.hand_over(Q, "t1", "mine", own_exists=True, now=T1) is None  # nothing idle: unchanged
+    assert store.held_pool("c1", "t1") == pool("mine")
+    idle_pool(store, "kept", T1)
+    taken = store.hand_over(Q, "t1", "mine", own_exists=True, now=T2)
+    assert taken == pool("kept", "t1", PoolState.IN_USE)
+    assert store.pool("c1", "mine") == pool("mine", None)  # GKE has it: unheld, still being created
+    assert store.held_pool("c1", "t1") == taken
+
+
+def test_hand_over_closes_a_pool_gke_never_got_and_never_gives_a_pool_twice(store: TaskStore) -> None:
+    store.write_ahead_pool(pool("mine"), T0)
+    store.write_ahead_pool(pool("theirs", "t2"), T0)
+    idle_pool(store, "kept", T1)
+    assert store.hand_over(Q, "t1", "mine", own_exists=False, now=T2) is not None
+    assert store.pool("c1", "mine") == pool("mine", None, PoolState.DELETED)
+    assert store.hand_over(Q, "t2", "theirs", own_exists=False, now=T2) is None
+    assert store.pool("c1", "theirs") == pool("theirs", "t2")  # t2 keeps its own
+
+
+def test_hand_over_needs_the_tasks_own_pool_still_creating(store: TaskStore) -> None:
+    store.write_ahead_pool(pool("mine"), T0)
+    store.pool_ready("c1", "mine", T1)
+    idle_pool(store, "kept", T1)
+    assert store.hand_over(Q, "t1", "mine", own_exists=True, now=T2) is None
+    assert store.hand_over(Q, "t9", "mine", own_exists=True, now=T2) is None  # not t9's
+    assert store.idle_count(Q) == 1
+
+
+def test_takers_without_pool_are_acquiring_tasks_holding_no_ready_pool(
+    store: TaskStore, upstream: Upstream
+) -> None:
+    acquiring(store, upstream, "t1")
+    queued(store, upstream, "t2", Q2)
+    assert store.start_acquiring("t2", Q2, "alice", "lease-t2", "picked", T0) == 1
+    queued(store, upstream, "t3")  # waiting: counted by waiting_count, not here
+    assert store.takers_without_pool() == {Q: 1, Q2: 1}
+    store.write_ahead_pool(pool("p1", "t1"), T0)
+    assert store.takers_without_pool() == {Q: 1, Q2: 1}  # still being created: it would swap
+    store.pool_ready("c1", "p1", T1)
+    assert store.takers_without_pool() == {Q2: 1}
+
+
+def test_queue_observations_are_intake_gaps_and_creation_times_per_mode(
+    store: TaskStore, upstream: Upstream
+) -> None:
+    for n, at in enumerate([T0, T0 + timedelta(seconds=10), T0 + timedelta(seconds=40)]):
+        upstream.insert(f"t{n}", at=at)
+        assert store.queue_task(f"t{n}", Q, at)
+    upstream.insert("other")
+    assert store.queue_task("other", Q2, T2)
+    store.write_ahead_pool(pool("p1"), T0)
+    store.pool_ready("c1", "p1", T0 + timedelta(seconds=7))
+    store.write_ahead_pool(pool("warm", None), T1)
+    assert store.warm_pool_ready("c1", "warm", T1 + timedelta(seconds=5))
+    store.write_ahead_pool(pool("unready", "t2"), T1)
+    seen = store.queue_observations(Q, gaps=10, creations=10)
+    assert seen.arrival_gaps == (10.0, 30.0)
+    assert dict(seen.creation_seconds) == {ProvisioningMode.RESERVATION: (7.0, 5.0)}
+    assert store.queue_observations(Q, gaps=1, creations=1).arrival_gaps == (30.0,)
+    assert store.queue_observations(Q2, gaps=10, creations=10).arrival_gaps == ()
+
+
 def test_keep_pool_only_from_in_use_with_the_right_holder(store: TaskStore) -> None:
     store.write_ahead_pool(pool("p1"), T0)
     assert not store.keep_pool("c1", "p1", "t1", T1)  # still creating

@@ -57,7 +57,7 @@ def states(services: Services) -> list[PoolState]:
 def test_a_fire_warms_a_pool_a_task_takes_it_and_the_next_fire_deletes_it(
     services: Services, db_url: str, emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    services = with_env(services, monkeypatch, FALCON_KEPT_POOL_GRACE_SECONDS="1")
+    services = with_env(services, monkeypatch, FALCON_POOL_CREATION_PRIOR_SECONDS="1")
     driver = Driver(services, InProcessLauncher())
     fire = add_rule(services, "morning", 1, in_seconds=2)
     driver.run_until(lambda _: states(services) == [PoolState.IDLE], 20)

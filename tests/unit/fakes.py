@@ -34,6 +34,7 @@ from falcon.domain.lifecycle import (
 from falcon.domain.messages import Locale
 from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey, Task
 from falcon.domain.node_pools import NodePoolPlan, PoolStatus, ReservationRef
+from falcon.domain.pool_economics import CostPolicy, QueueObservations
 from falcon.domain.scheduling import ReservationCapacity, WaitingTask, pick_next
 from falcon.domain.status import Reason, Status, check_transition
 from falcon.domain.warm_pools import WarmRule
@@ -92,6 +93,8 @@ class MemoryTaskStore:
         self.pools: dict[tuple[str, str], NodePool] = {}
         self.pool_errors: dict[tuple[str, str], str | None] = {}
         self.pool_created: dict[tuple[str, str], datetime] = {}  # pools_in lists oldest first
+        self.pool_ready_at: dict[tuple[str, str], datetime] = {}
+        self.queued_at: dict[str, datetime] = {}  # intake time of each task: its queue's arrivals
         self.cluster_rows: dict[str, Cluster] = {}
         self.rotation: dict[QueueKey, str] = {}
         self.warm: dict[str, WarmRule] = {}  # tidal warm rules by name
@@ -121,6 +124,8 @@ class MemoryTaskStore:
             self.progress,
             self.pools,
             self.pool_errors,
+            self.pool_ready_at,
+            self.queued_at,
             self.rotation,
             self.warm,
             self.pool_origins,
@@ -277,6 +282,14 @@ class MemoryTaskStore:
     def waiting_count(self, queue: QueueKey) -> int:
         return sum(1 for row in self._waiting_rows() if row.queue == queue)
 
+    def takers_without_pool(self) -> dict[QueueKey, int]:
+        ready = {p.holder_task_id for p in self.pools.values() if p.state is PoolState.IN_USE}
+        takers: dict[QueueKey, int] = {}
+        for p in self.progress.values():
+            if p.phase is Phase.ACQUIRING and p.task_id not in ready and p.queue is not None:
+                takers[p.queue] = takers.get(p.queue, 0) + 1
+        return takers
+
     def idle_count(self, queue: QueueKey) -> int:
         return sum(1 for p in self._pools_of(queue) if p.state is PoolState.IDLE)
 
@@ -356,6 +369,7 @@ class MemoryTaskStore:
             if task_id in self.progress:
                 raise ValueError(f"progress row of {task_id} exists already (primary key)")
             self.progress[task_id] = Progress(task_id, Phase.WAITING, queue)
+            self.queued_at[task_id] = now
             return True
 
     def finish(self, task_id: str, outcome: Outcome, expect: Sequence[Status], now: datetime) -> bool:
@@ -540,10 +554,47 @@ class MemoryTaskStore:
                     return self.pools[(p.cluster_id, p.name)]
             return None
 
+    def hand_over(
+        self, queue: QueueKey, task_id: str, own: str, own_exists: bool, now: datetime
+    ) -> NodePool | None:
+        self.calls.append(("hand_over", task_id))
+        with self._tx():
+            mine = self.pools.get((queue.cluster_id, own))
+            if mine is None or mine.state is not PoolState.CREATING or mine.holder_task_id != task_id:
+                return None
+            taken = self.claim_idle_pool(queue, task_id, now)
+            if taken is not None:
+                values: dict[str, Any] = {"holder_task_id": None}
+                if not own_exists:
+                    values["state"] = PoolState.DELETED
+                self._move_pool(queue.cluster_id, own, values, [PoolState.CREATING], task_id)
+            return taken
+
+    def queue_observations(self, queue: QueueKey, gaps: int, creations: int) -> QueueObservations:
+        with self._tx():
+            arrivals = sorted(
+                at for task_id, at in self.queued_at.items() if self.progress[task_id].queue == queue
+            )[-(gaps + 1) :]
+            ready = sorted(
+                (at, key)
+                for key, at in self.pool_ready_at.items()
+                if key in self.pools
+                and self.pools[key].topology == queue.topology
+                and key[0] == queue.cluster_id
+            )[-creations:]
+            by_mode: dict[ProvisioningMode, tuple[float, ...]] = {}
+            for at, key in ready:
+                seconds = (at - self.pool_created[key]).total_seconds()
+                by_mode[self.pools[key].mode] = (*by_mode.get(self.pools[key].mode, ()), seconds)
+            return QueueObservations(
+                tuple((b - a).total_seconds() for a, b in itertools.pairwise(arrivals)), by_mode
+            )
+
     def pool_ready(self, cluster_id: str, name: str, now: datetime) -> None:
         self.calls.append(("pool_ready", name))
         with self._tx():
-            self._move_pool(cluster_id, name, {"state": PoolState.IN_USE}, [PoolState.CREATING])
+            if self._move_pool(cluster_id, name, {"state": PoolState.IN_USE}, [PoolState.CREATING]):
+                self.pool_ready_at[(cluster_id, name)] = now
 
     def keep_pool(self, cluster_id: str, name: str, holder: str, now: datetime) -> bool:
         self.calls.append(("keep_pool", name))
@@ -599,9 +650,12 @@ class MemoryTaskStore:
         self.calls.append(("warm_pool_ready", name))
         values = {"state": PoolState.IDLE, "idle_since": now}
         with self._tx():
-            return self._unheld(cluster_id, name) and self._move_pool(
+            ready = self._unheld(cluster_id, name) and self._move_pool(
                 cluster_id, name, values, [PoolState.CREATING]
             )
+            if ready:
+                self.pool_ready_at[(cluster_id, name)] = now
+            return ready
 
     def warm_pool_failed(self, cluster_id: str, name: str, error: str, now: datetime) -> bool:
         self.calls.append(("warm_pool_failed", name))
@@ -1082,7 +1136,7 @@ TEST_SETTINGS: dict[str, Any] = {
     "intake_batch": 500,
     "slot_lease_seconds": 300,
     "node_pool_timeout_seconds": 600,
-    "kept_pool_grace_seconds": 120,
+    "pool_creation_prior_seconds": 120.0,
     "orphan_scan_seconds": 300.0,
     "poll_seconds": 1.0,
     "api_timeout_seconds": 5.0,
@@ -1108,6 +1162,7 @@ def make_services(clock: FakeClock | None = None, **settings: Any) -> Services:
         slots=FakeSlots(),
         launcher=FakeLauncher(),
         clock=clock,
+        keep_policy=CostPolicy(TEST_SETTINGS["pool_creation_prior_seconds"]),
     )
 
 
@@ -1173,8 +1228,8 @@ def running(svc: Services, task_id: str, topology: str = "2x2", **row: Any) -> T
     """A task taken all the way through acquisition: pool ready, Job submitted, pods Running."""
     view = acquiring(svc, task_id, topology, **row)
     choice = acquisition.provision(svc, view)
-    acquisition.wait_pool_ready(svc, view, choice, svc.clock.now())
-    job = acquisition.dispatch(svc, view, choice.name)
+    pool = acquisition.wait_pool_ready(svc, view, choice, svc.clock.now())
+    job = acquisition.dispatch(svc, view, pool)
     pods = acquisition.wait_pods_running(svc, view, job)
     acquisition.mark_running(svc, view, pods)
     return load_view(svc, task_id)
@@ -1214,3 +1269,19 @@ def idle_pool(
         None,
         since,
     )
+
+
+SELDOM = (3600.0,) * 5  # arrival gaps of a queue used about once an hour: far longer than a creation
+
+
+def arrivals(svc: Services, queue: QueueKey, gaps: Sequence[float] = SELDOM) -> None:
+    """The queue's history as intake recorded it: finished tasks taken in ``gaps`` seconds apart,
+    the last one now. With the default the cost rule deletes an idle pool nobody waits for at once."""
+    store = svc.store
+    assert isinstance(store, MemoryTaskStore)
+    at = svc.clock.now() - timedelta(seconds=sum(gaps))
+    for n, gap in enumerate([0.0, *gaps]):
+        at += timedelta(seconds=gap)
+        task_id = f"past-{queue.cluster_id}-{queue.topology}-{n}"
+        store.progress[task_id] = Progress(task_id, Phase.DONE, queue)
+        store.queued_at[task_id] = at

@@ -126,8 +126,8 @@ def test_slots_hold_one_lease_per_name() -> None:
 def test_settings_ignore_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FALCON_POLL_SECONDS", "99")
     monkeypatch.setenv("FALCON_MESSAGE_LOCALE", "zh")
-    settings = make_services(kept_pool_grace_seconds=5).settings
-    assert (settings.poll_seconds, settings.message_locale, settings.kept_pool_grace_seconds) == (
+    settings = make_services(pool_creation_prior_seconds=5).settings
+    assert (settings.poll_seconds, settings.message_locale, settings.pool_creation_prior_seconds) == (
         1.0,
         Locale.EN,
         5,

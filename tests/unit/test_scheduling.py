@@ -482,37 +482,46 @@ def test_keep_pool_after_task(waiting: int, kept: int, keep: bool) -> None:
     assert keep_pool_after_task(waiting, kept) is keep
 
 
-GRACE = timedelta(minutes=5)
+KEEP_FOR = timedelta(minutes=5)
 QUEUE = QueueKey("c1", "2x2x2")
 
 
+HOLD = KEEP_FOR * 10
+
+
 def idle_pool(idle_for: timedelta, cluster_id: str = "c1", topology: str = "2x2x2") -> IdlePool:
-    return IdlePool(cluster_id, "falcon-pool", topology, T0 - idle_for)
+    return IdlePool(cluster_id, "falcon-pool", topology, T0 - idle_for, keep_for=KEEP_FOR, hold_for=HOLD)
 
 
 @pytest.mark.parametrize(
     ("pool", "waiting", "expired"),
     [
-        pytest.param(idle_pool(timedelta(minutes=1)), {}, False, id="no waiters, within grace: kept"),
-        pytest.param(idle_pool(GRACE), {}, False, id="no waiters, exactly grace: kept"),
-        pytest.param(idle_pool(GRACE + timedelta(seconds=1)), {}, True, id="no waiters, past grace: deleted"),
-        pytest.param(idle_pool(GRACE * 2), {QUEUE: 0}, True, id="queue present with zero waiters: deleted"),
-        pytest.param(idle_pool(GRACE * 2), {QUEUE: 1}, False, id="waiters, past grace: kept for them"),
-        pytest.param(idle_pool(GRACE * 10), {QUEUE: 3}, False, id="waiters, exactly 10x grace: kept"),
+        pytest.param(idle_pool(timedelta(minutes=1)), {}, False, id="no waiters, within its horizon: kept"),
+        pytest.param(idle_pool(KEEP_FOR), {}, False, id="no waiters, exactly its horizon: kept"),
         pytest.param(
-            idle_pool(GRACE * 10 + timedelta(seconds=1)),
-            {QUEUE: 3},
-            True,
-            id="waiters, past 10x grace: deleted anyway",
+            idle_pool(KEEP_FOR + timedelta(seconds=1)), {}, True, id="no waiters, past its horizon: deleted"
         ),
         pytest.param(
-            idle_pool(GRACE * 2, topology="4x4x4"),
+            idle_pool(KEEP_FOR * 2), {QUEUE: 0}, True, id="queue present with zero waiters: deleted"
+        ),
+        pytest.param(
+            idle_pool(KEEP_FOR * 2), {QUEUE: 1}, False, id="waiters, past its horizon: kept for them"
+        ),
+        pytest.param(idle_pool(HOLD), {QUEUE: 3}, False, id="waiters, exactly its hold: kept"),
+        pytest.param(
+            idle_pool(HOLD + timedelta(seconds=1)),
+            {QUEUE: 3},
+            True,
+            id="waiters, past its hold: deleted anyway",
+        ),
+        pytest.param(
+            idle_pool(KEEP_FOR * 2, topology="4x4x4"),
             {QUEUE: 3},
             True,
             id="waiters of another topology do not keep it",
         ),
         pytest.param(
-            idle_pool(GRACE * 2, cluster_id="c2"),
+            idle_pool(KEEP_FOR * 2, cluster_id="c2"),
             {QUEUE: 3},
             True,
             id="waiters in another cluster do not keep it",
@@ -520,9 +529,9 @@ def idle_pool(idle_for: timedelta, cluster_id: str = "c1", topology: str = "2x2x
     ],
 )
 def test_expired_idle_pools(pool: IdlePool, waiting: dict[QueueKey, int], expired: bool) -> None:
-    assert expired_idle_pools([pool], waiting, T0, GRACE) == ([pool] if expired else [])
+    assert expired_idle_pools([pool], waiting, T0) == ([pool] if expired else [])
 
 
 def test_expired_idle_pools_keeps_input_order() -> None:
-    pools = [idle_pool(GRACE * 3), idle_pool(GRACE), idle_pool(GRACE * 2)]
-    assert expired_idle_pools(pools, {}, T0, GRACE) == [pools[0], pools[2]]
+    pools = [idle_pool(KEEP_FOR * 3), idle_pool(KEEP_FOR), idle_pool(KEEP_FOR * 2)]
+    assert expired_idle_pools(pools, {}, T0) == [pools[0], pools[2]]

@@ -16,6 +16,7 @@ from datetime import timedelta
 import pytest
 from tests.unit.fakes import (
     acquiring,
+    arrivals,
     cluster,
     clusters_of,
     idle_pool,
@@ -120,6 +121,7 @@ def test_abort_while_pods_start_is_seen_by_wait_pods_running(svc: Services) -> N
 
 
 def test_aborted_acquisition_releases_job_and_pool_and_ends_aborted(svc: Services) -> None:
+    arrivals(svc, QueueKey("c1", "2x2"))  # a queue used about once an hour: its idle pools go
     view = acquiring(svc, "t1")
     choice = provision(svc, view)
     wait_pool_ready(svc, view, choice, svc.clock.now())
@@ -299,6 +301,7 @@ def test_vanished_job_fails_the_task(svc: Services) -> None:
 
 
 def test_job_deleted_while_its_pods_start_fails_the_task_and_is_not_submitted_again(svc: Services) -> None:
+    arrivals(svc, QueueKey("c1", "2x2"))  # a queue used about once an hour: its idle pools go
     view = acquiring(svc, "t1")
     choice = provision(svc, view)
     wait_pool_ready(svc, view, choice, svc.clock.now())

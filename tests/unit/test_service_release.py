@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 import pytest
 from tests.unit.fakes import (
     acquiring,
+    arrivals,
     cluster,
     clusters_of,
     k8s_of,
@@ -75,6 +76,7 @@ def test_kept_pool_is_reused_by_the_waiting_task(svc: Services) -> None:
 
 
 def test_pool_is_deleted_when_nobody_waits(svc: Services) -> None:
+    arrivals(svc, QUEUE)  # a queue used about once an hour: an idle pool is not worth keeping
     running(svc, "t1")
     succeed(svc)
     release(svc, "t1")
@@ -84,6 +86,7 @@ def test_pool_is_deleted_when_nobody_waits(svc: Services) -> None:
 
 
 def test_pool_is_deleted_when_a_waiter_already_has_an_idle_pool(svc: Services) -> None:
+    arrivals(svc, QUEUE)  # a queue used about once an hour: an idle pool is not worth keeping
     running(svc, "t1")
     svc.store.add_pool(idle("falcon-kept", svc.clock.now()))
     queued(svc, "t2")
@@ -94,6 +97,7 @@ def test_pool_is_deleted_when_a_waiter_already_has_an_idle_pool(svc: Services) -
 
 
 def test_waiter_of_another_queue_does_not_keep_the_pool(svc: Services) -> None:
+    arrivals(svc, QUEUE)  # a queue used about once an hour: an idle pool is not worth keeping
     running(svc, "t1")
     queued(svc, "t2", "2x4")
     succeed(svc)
@@ -119,6 +123,7 @@ def test_pool_that_never_became_ready_is_deleted_even_with_waiters(svc: Services
 
 
 def test_deletion_error_is_appended_to_the_message(svc: Services) -> None:
+    arrivals(svc, QUEUE)  # a queue used about once an hour: an idle pool is not worth keeping
     running(svc, "t1")
     succeed(svc)
     svc.node_pools.fail_delete(PermanentError("permission denied: container.nodePools.delete"))
@@ -132,6 +137,7 @@ def test_deletion_error_is_appended_to_the_message(svc: Services) -> None:
 
 
 def test_deletion_error_keeps_the_failure_message_in_front(svc: Services) -> None:
+    arrivals(svc, QUEUE)  # a queue used about once an hour: an idle pool is not worth keeping
     running(svc, "t1", timeout_seconds=10)
     svc.clock.advance(10)
     reconcile.follow_running(svc, clusters_of(svc))
@@ -142,6 +148,7 @@ def test_deletion_error_keeps_the_failure_message_in_front(svc: Services) -> Non
 
 
 def test_gke_busy_while_deleting_is_waited_out(svc: Services) -> None:
+    arrivals(svc, QUEUE)  # a queue used about once an hour: an idle pool is not worth keeping
     running(svc, "t1")
     succeed(svc)
     svc.node_pools.fail_delete(TemporaryError("another operation"), times=3)
@@ -151,6 +158,7 @@ def test_gke_busy_while_deleting_is_waited_out(svc: Services) -> None:
 
 
 def test_deletion_refusals_are_retried_with_doubling_waits_up_to_a_cap(svc: Services) -> None:
+    arrivals(svc, QUEUE)  # a queue used about once an hour: an idle pool is not worth keeping
     running(svc, "t1")
     succeed(svc)
     svc.node_pools.fail_delete(TemporaryError("503 backend error"), times=7)

@@ -20,6 +20,7 @@ import pytest
 from tests.unit.fakes import (
     T0,
     acquiring,
+    arrivals,
     cluster,
     clusters_of,
     idle_pool,
@@ -211,7 +212,7 @@ def test_a_pool_handed_back_after_the_fire_still_gets_its_grace(
     at(svc, 20)
     svc.store.add_pool(idle_pool(since=svc.clock.now()))
     assert dispatcher.tick().reaped == []
-    svc.clock.advance(svc.settings.kept_pool_grace_seconds + 1)
+    svc.clock.advance(svc.settings.pool_creation_prior_seconds + 1)  # the horizon while nothing is known
     assert dispatcher.tick().reaped == ["falcon-2x2-kept"]
 
 
@@ -233,6 +234,7 @@ def test_a_finished_tasks_pool_is_kept_for_the_warm_target_though_nobody_waits(s
 
 
 def test_a_finished_tasks_pool_goes_when_the_queue_already_has_its_target(svc: Services) -> None:
+    arrivals(svc, Q)  # a queue used about once an hour: an idle pool is not worth keeping
     at(svc, 9)
     running(svc, "t1")
     warm_run(svc)  # two idle warm pools: the target is met
@@ -242,6 +244,7 @@ def test_a_finished_tasks_pool_goes_when_the_queue_already_has_its_target(svc: S
 
 
 def test_outside_the_warm_window_a_finished_tasks_pool_goes_as_before(svc: Services) -> None:
+    arrivals(svc, Q)  # a queue used about once an hour: an idle pool is not worth keeping
     at(svc, 21)
     running(svc, "t1")
     _finish(svc, "t1")

@@ -41,7 +41,7 @@ Q = QueueKey("c1", "2x4")
 MORNING = "CRON_TZ=Asia/Shanghai 0 0 9 * * 1-5"
 EVENING = "CRON_TZ=Asia/Shanghai 0 0 20 * * *"
 ADDED = datetime(2026, 3, 1, tzinfo=UTC)  # a Sunday
-GRACE = timedelta(minutes=2)
+KEEP_FOR = timedelta(minutes=2)
 
 
 def rule(name: str, cron: str, pools: int, queue: QueueKey = Q, added: datetime = ADDED) -> WarmRule:
@@ -154,38 +154,39 @@ def test_a_finished_tasks_pool_is_kept_while_the_queue_is_below_its_target(
 
 
 def idle(name: str, minutes_idle: float, now: datetime, queue: QueueKey = Q) -> IdlePool:
-    return IdlePool(queue.cluster_id, name, queue.topology, now - timedelta(minutes=minutes_idle))
+    since = now - timedelta(minutes=minutes_idle)
+    return IdlePool(queue.cluster_id, name, queue.topology, since, keep_for=KEEP_FOR, hold_for=KEEP_FOR * 10)
 
 
 NOW = shanghai(2, 20).astimezone(UTC)
 
 
-def test_without_warm_targets_the_grace_rule_alone_decides() -> None:
+def test_without_warm_targets_each_pools_horizon_alone_decides() -> None:
     pools = [idle("old", 60, NOW), idle("fresh", 1, NOW)]
-    assert expired_idle_pools(pools, {}, NOW, GRACE, {}) == [pools[0]]
+    assert expired_idle_pools(pools, {}, NOW, {}) == [pools[0]]
 
 
 def test_the_warm_target_keeps_expired_pools_up_to_its_count_the_longest_idle_going_first() -> None:
     pools = [idle("newer", 30, NOW), idle("oldest", 90, NOW), idle("middle", 60, NOW)]
-    assert expired_idle_pools(pools, {}, NOW, GRACE, {Q: 3}) == []
-    assert expired_idle_pools(pools, {}, NOW, GRACE, {Q: 2}) == [pools[1]]
-    assert expired_idle_pools(pools, {}, NOW, GRACE, {Q: 1}) == [pools[1], pools[2]]
-    assert expired_idle_pools(pools, {}, NOW, GRACE, {Q: 0}) == pools
+    assert expired_idle_pools(pools, {}, NOW, {Q: 3}) == []
+    assert expired_idle_pools(pools, {}, NOW, {Q: 2}) == [pools[1]]
+    assert expired_idle_pools(pools, {}, NOW, {Q: 1}) == [pools[1], pools[2]]
+    assert expired_idle_pools(pools, {}, NOW, {Q: 0}) == pools
 
 
-def test_the_target_is_a_count_a_fresh_pool_kept_by_the_grace_rule_fills_it_too() -> None:
-    """Target 1 with two idle pools: the fresh one stays (the grace rule keeps it) and fills the
+def test_the_target_is_a_count_a_fresh_pool_kept_for_its_horizon_fills_it_too() -> None:
+    """Target 1 with two idle pools: the fresh one stays (its horizon keeps it) and fills the
     target, so the old one is kept by neither and goes; with target 2 both stay."""
     pools = [idle("old", 60, NOW), idle("fresh", 1, NOW)]
-    assert expired_idle_pools(pools, {}, NOW, GRACE, {Q: 1}) == [pools[0]]
-    assert expired_idle_pools(pools, {}, NOW, GRACE, {Q: 2}) == []
+    assert expired_idle_pools(pools, {}, NOW, {Q: 1}) == [pools[0]]
+    assert expired_idle_pools(pools, {}, NOW, {Q: 2}) == []
 
 
 def test_waiting_tasks_and_the_target_compose_per_queue() -> None:
     other = QueueKey("c1", "2x2")
     pools = [idle("q-a", 30, NOW), idle("q-b", 30, NOW), idle("o-a", 10, NOW, other)]
-    # other has a waiter (kept up to 10 x grace); Q has a target of 1: one of its two goes.
-    assert expired_idle_pools(pools, {other: 1}, NOW, GRACE, {Q: 1}) == [pools[0]]
+    # other has a waiter (kept for its hold); Q has a target of 1: one of its two goes.
+    assert expired_idle_pools(pools, {other: 1}, NOW, {Q: 1}) == [pools[0]]
 
 
 # -- checks and names --------------------------------------------------------------------------------

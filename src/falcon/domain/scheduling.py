@@ -28,11 +28,6 @@ from falcon.domain.status import Reason
 from falcon.domain.topology import canonical_tpu_type
 from falcon.domain.warm_pools import surplus_first
 
-# An idle pool with waiters is still deleted after this many grace periods: whoever waits is
-# evidently not taking it, and an idle TPU pool costs money for nothing.
-IDLE_WITH_WAITERS_FACTOR = 10
-
-
 # --- Pick rule (§4) -------------------------------------------------------------------------
 
 
@@ -276,8 +271,9 @@ def reservation_problem(reservation: ReservationCapacity, machine_type: str) -> 
 
 
 def keep_pool_after_task(waiting_in_queue: int, already_kept: int = 0) -> bool:
-    """Keep a finished task's pool iff a task of the same (cluster, topology) waits for it and
-    no pool already kept for that queue is there to take it (one kept pool per waiting task).
+    """The design's rule, the floor of keeping by cost (pool_economics.CostPolicy): keep a finished
+    task's pool iff a task of the same (cluster, topology) waits for it and no pool already kept
+    for that queue is there to take it (one kept pool per waiting task).
 
     Applies to every ending, aborts included (§8): an abort must not waste a reusable pool.
     """
@@ -286,29 +282,33 @@ def keep_pool_after_task(waiting_in_queue: int, already_kept: int = 0) -> bool:
 
 @dataclass(frozen=True)
 class IdlePool:
-    """A node pool Falcon kept after its task ended, not yet taken by the next one."""
+    """A node pool Falcon kept after its task ended (or warmed), not yet taken by the next one."""
 
     cluster_id: str
     name: str
     topology: str
     idle_since: datetime
+    # How long it is kept while nobody of its queue waits, and while some wait but none takes it:
+    # the keeping policy's horizon and hold for the pool's queue and mode (pool_economics).
+    keep_for: timedelta
+    hold_for: timedelta
 
 
 def expired_idle_pools(
     pools: Sequence[IdlePool],
     waiting_by_queue: Mapping[QueueKey, int],
     now: datetime,
-    grace: timedelta,
     warm: Mapping[QueueKey, int] | None = None,
 ) -> list[IdlePool]:
     """Idle pools to delete now, in the order given; ``pools`` are all the idle pools.
 
-    A pool whose queue has nobody waiting goes after ``grace``. A pool is never kept forever:
-    past IDLE_WITH_WAITERS_FACTOR x grace it goes even with waiters, since they are not taking it.
-    The two rules compose with the queues' ``warm`` targets (tidal warm pools): a pool goes only
-    when neither keeps it, so a queue keeps at least its target of idle pools.
+    A pool whose queue has nobody waiting goes once idle longer than its own ``keep_for``; one
+    whose queue has waiters once idle longer than its ``hold_for`` too (never kept forever: the
+    waiters are evidently not taking it). These compose with the queues' ``warm`` targets (tidal
+    warm pools): a pool goes only when neither keeps it, so a queue keeps at least its target of
+    idle pools.
     """
-    expired = [pool for pool in pools if _idle_pool_expired(pool, waiting_by_queue, now, grace)]
+    expired = [pool for pool in pools if _idle_pool_expired(pool, waiting_by_queue, now)]
     if not warm:
         return expired
     idle: dict[QueueKey, int] = {}
@@ -319,9 +319,7 @@ def expired_idle_pools(
     return [expired[i] for i in surplus_first(candidates, idle, warm)]
 
 
-def _idle_pool_expired(
-    pool: IdlePool, waiting_by_queue: Mapping[QueueKey, int], now: datetime, grace: timedelta
-) -> bool:
-    idle_for = now - pool.idle_since
+def _idle_pool_expired(pool: IdlePool, waiting_by_queue: Mapping[QueueKey, int], now: datetime) -> bool:
     waiting = waiting_by_queue.get(QueueKey(pool.cluster_id, pool.topology), 0)
-    return idle_for > IDLE_WITH_WAITERS_FACTOR * grace or (waiting == 0 and idle_for > grace)
+    kept_for = max(pool.keep_for, pool.hold_for) if waiting > 0 else pool.keep_for  # waiters never shorten it
+    return now - pool.idle_since > kept_for

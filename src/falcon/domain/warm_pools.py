@@ -149,8 +149,8 @@ def surplus_first(
 ) -> list[int]:
     """Which of the idle pools other rules would delete may go, as indexes into ``candidates``.
 
-    Per queue, at most ``idle - target`` of them, the longest idle first: the order the grace
-    rule expires pools in already, and the same order claims take them, so the pools kept are
+    Per queue, at most ``idle - target`` of them, the longest idle first: the order the reaper
+    expires pools in already, and the same order claims take them, so the pools kept are
     the ones that became ready (or were handed back) last."""
     order = sorted(range(len(candidates)), key=lambda i: candidates[i][1])
     room = {queue: max(0, count - targets.get(queue, 0)) for queue, count in idle.items()}

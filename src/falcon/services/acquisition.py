@@ -13,6 +13,7 @@ the calls they make: their Prefect tasks do not retry.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -40,6 +41,8 @@ from falcon.domain.topology import SliceShape, resolve_shape
 from falcon.domain.workloads import ClusterEvent, JobState, PodState, StartGrace, start_failure
 from falcon.services.context import Services
 from falcon.services.ports import TaskStore
+
+logger = logging.getLogger(__name__)
 
 MAX_REFUSAL_WAIT = 10.0  # seconds between create calls while GKE is busy with another operation
 
@@ -199,10 +202,13 @@ def creating_pool(cluster_id: str, plan: NodePoolPlan, holder: str | None) -> No
     )
 
 
-def wait_pool_ready(services: Services, view: TaskView, choice: PoolChoice, started: datetime) -> None:
-    """Create the pool if it still needs creating, then poll it until it is ready.
+def wait_pool_ready(services: Services, view: TaskView, choice: PoolChoice, started: datetime) -> str:
+    """Create the pool if it still needs creating, then poll it until it is ready; returns the
+    name of the pool the task runs on.
 
-    GKE's one-operation-at-a-time refusals and transient errors are waited out here until the
+    That is another pool when one of the queue's pools goes idle first (a task ended, a warm
+    pool came up): the task takes it at once rather than wait for its own (hand-over). GKE's
+    one-operation-at-a-time refusals and transient errors are waited out here until the
     deadline; a failed pool ends the task with GKE's text (the pool's, and its create
     operation's, where GKE puts stockout and quota reasons)."""
     clock = services.clock
@@ -210,6 +216,8 @@ def wait_pool_ready(services: Services, view: TaskView, choice: PoolChoice, star
     plan, refusal, status = choice.plan, None, None
     while True:
         services.ensure_active(view.task.id)
+        if (taken := _hand_over(services, view, choice.name)) is not None:
+            return taken
         if plan is not None:
             refusal = _try_create(services, view, plan)
             plan = plan if refusal else None
@@ -217,13 +225,40 @@ def wait_pool_ready(services: Services, view: TaskView, choice: PoolChoice, star
             status = _pool_status(services, view, choice.name)
             if status is not None and status.ready:
                 services.store.pool_ready(view.cluster.id, choice.name, clock.now())
-                return
+                return choice.name
         if clock.now() >= deadline:
             still = status.status if status else "unknown"
             detail = f"GKE kept refusing: {refusal}" if refusal else f"node pool {choice.name} still {still}"
             raise _timeout(services, detail)
         busy_for = refusal.delay if refusal is not None else None  # GKE's Retry-After, if it said
         clock.sleep(min(busy_for, MAX_REFUSAL_WAIT) if busy_for else services.settings.poll_seconds)
+
+
+def _hand_over(services: Services, view: TaskView, own: str) -> str | None:
+    """Take an idle pool of the queue while the task's own pool is still being created; returns
+    its name, or None. Rule 3 is kept: the queue's slot lets one task acquire at a time, the one
+    the rule picked first, so no waiting task is passed over.
+
+    The task lets go of its own pool in the same write: one GKE has goes on being created and is
+    then idle for the queue's next task (or deleted by the usual rule); one GKE never got is
+    closed. GKE is asked which it is; when it does not answer, the hand-over waits a round."""
+    store = services.store
+    if store.idle_count(view.queue) == 0:
+        return None
+    try:
+        own_status: PoolStatus | None = services.node_pools.get(view.cluster, own)
+    except NotFoundError:
+        own_status = None
+    except TemporaryError:
+        return None
+    if own_status is not None and own_status.ready:
+        return None  # its own is ready: this round's poll takes it
+    taken = store.hand_over(view.queue, view.task.id, own, own_status is not None, services.clock.now())
+    if taken is None:
+        return None
+    logger.info("event=hand_over task_id=%s pool=%s own=%s", view.task.id, taken.name, own)
+    _note_pending(services, view.task.id, _reuse_message(services, taken), Reason.PROVISIONING, taken.name)
+    return taken.name
 
 
 def _try_create(services: Services, view: TaskView, plan: NodePoolPlan) -> TemporaryError | None:

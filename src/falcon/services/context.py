@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from falcon.domain.errors import PermanentError
 from falcon.domain.lifecycle import Phase, RunSuperseded, TaskEnded, TaskView, aborted
 from falcon.domain.messages import Messages
 from falcon.domain.model import Cluster, Task, TaskSpec
-from falcon.domain.scheduling import keep_pool_after_task
+from falcon.domain.pool_economics import KeepPolicy
 from falcon.domain.status import Status
 from falcon.domain.topology import resolve_shape
 from falcon.services.ports import (
@@ -36,9 +35,8 @@ class Services:
     slots: Slots
     launcher: Launcher
     clock: Clock
-    # Whether a finished task's pool is kept, from (tasks waiting in its queue, pools already kept
-    # for it): Falcon's rule unless a benchmark compares it with a baseline policy.
-    keep_pool: Callable[[int, int], bool] = keep_pool_after_task
+    # How long idle pools are kept: Falcon's CostPolicy, or a baseline a benchmark compares with.
+    keep_policy: KeepPolicy
     say: Messages = field(init=False)
 
     def __post_init__(self) -> None:

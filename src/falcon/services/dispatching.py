@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -156,7 +157,8 @@ class Dispatcher:
         targets = warm_targets(rules, now)
         pools = svc.store.pools_in([PoolState.CREATING, PoolState.IDLE, PoolState.DELETING])
         warm = {queue: target.pools for queue, target in targets.items()}
-        report.reaped = reconcile.reap_idle_pools(svc, clusters, self.book.counts(), warm, pools)
+        takers = Counter(self.book.counts()) + Counter(svc.store.takers_without_pool())
+        report.reaped = reconcile.reap_idle_pools(svc, clusters, dict(takers), warm, pools)
         self._next_fire = next_change(rules, now)
         report.warming = self._warmer.converge(clusters, rules, targets, pools, now)
         self._note_reachability(followed.unreachable, clusters)

@@ -28,13 +28,14 @@ from falcon.domain.lifecycle import (
 )
 from falcon.domain.messages import MessageKey
 from falcon.domain.model import NODE_POOL_PREFIX, Cluster, QueueKey, Task
+from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.scheduling import IdlePool, expired_idle_pools
 from falcon.domain.status import TERMINAL, Reason, Status
 from falcon.domain.workloads import JobState
 from falcon.services.acquisition import cannot_start
 from falcon.services.context import Services
 from falcon.services.ports import ClusterJobs
-from falcon.services.release import record_outcome
+from falcon.services.release import observed, record_outcome
 
 Clusters = dict[str, Cluster]
 
@@ -178,20 +179,18 @@ def reap_idle_pools(
     warm: Mapping[QueueKey, int] | None = None,
     pools: Sequence[NodePool] | None = None,
 ) -> list[str]:
-    """Delete kept pools nobody took within the grace period (design §5: never kept forever),
-    but never below a queue's tidal ``warm`` target; confirm the deletions asked for.
+    """Delete idle pools kept longer than the keeping policy finds them worth for their queue
+    (design §5: never kept forever), but never below a queue's tidal ``warm`` target; confirm
+    the deletions asked for.
 
     ``pools``: the idle and deleting pools, when the caller has read them already."""
     now = services.clock.now()
     if pools is None:
         pools = services.store.pools_in([PoolState.IDLE, PoolState.DELETING])
-    idle = [
-        IdlePool(p.cluster_id, p.name, p.topology, p.idle_since or now)
-        for p in pools
-        if p.state is PoolState.IDLE
-    ]
+    seen: dict[QueueKey, QueueObservations] = {}
+    idle = [_idle(services, p, now, seen) for p in pools if p.state is PoolState.IDLE]
     reaped = []
-    for pool in expired_idle_pools(idle, waiting, now, services.settings.kept_pool_grace, warm):
+    for pool in expired_idle_pools(idle, waiting, now, warm):
         if services.store.start_deleting_pool(pool.cluster_id, pool.name, None, now):
             _request_delete(services, clusters[pool.cluster_id], pool.name)
             reaped.append(pool.name)
@@ -199,6 +198,25 @@ def reap_idle_pools(
         if p.state is PoolState.DELETING and p.holder_task_id is None:
             _confirm_deleted(services, clusters.get(p.cluster_id), p.name)
     return reaped
+
+
+def _idle(
+    services: Services, pool: NodePool, now: datetime, seen: dict[QueueKey, QueueObservations]
+) -> IdlePool:
+    """An idle pool with how long its queue's observations (read once per queue and round, into
+    ``seen``) make it worth keeping."""
+    queue = QueueKey(pool.cluster_id, pool.topology)
+    if queue not in seen:
+        seen[queue] = observed(services, queue)
+    policy = services.keep_policy
+    return IdlePool(
+        pool.cluster_id,
+        pool.name,
+        pool.topology,
+        pool.idle_since or now,
+        keep_for=policy.horizon(seen[queue], pool.mode),
+        hold_for=policy.hold_for_waiters(seen[queue], pool.mode),
+    )
 
 
 def _request_delete(services: Services, cluster: Cluster, name: str) -> None:

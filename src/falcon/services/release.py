@@ -20,13 +20,17 @@ from falcon.domain.errors import FalconError, NotFoundError, TemporaryError
 from falcon.domain.job_manifest import service_name_for
 from falcon.domain.lifecycle import Outcome, Phase, PoolState, aborted
 from falcon.domain.messages import MessageKey
-from falcon.domain.model import Cluster, QueueKey, Task, k8s_job_name_for
+from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, Task, k8s_job_name_for
+from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.status import Reason, Status
 from falcon.domain.topology import resolve_shape
 from falcon.domain.warm_pools import WarmTarget, schedulable, warm_keeps, warm_target
 from falcon.services.context import Services
 
 MAX_DELETE_RETRY_WAIT = 30.0  # seconds: the longest wait between deletion attempts GKE refused
+# The keeping policy weighs the newest of these (CostPolicy looks at up to 64 gaps, 16 creations).
+OBSERVED_GAPS = 64
+OBSERVED_CREATIONS = 32
 
 
 def record_outcome(
@@ -64,7 +68,7 @@ def release(services: Services, task_id: str) -> Outcome:
             delete_job(services, cluster, task.k8s_job_name)
         if _may_have_service(task, outcome):
             delete_service(services, cluster, service_name_for(k8s_job_name_for(task_id)))
-        pool = task.node_pool_name or _held_pool(services, cluster, task_id)
+        pool = _held_pool(services, cluster, task_id) or task.node_pool_name
         if pool and progress.queue:
             pool_error = keep_or_delete_pool(services, cluster, pool, progress.queue, task_id, outcome)
     if pool_error:
@@ -74,8 +78,10 @@ def release(services: Services, task_id: str) -> Outcome:
 
 
 def _held_pool(services: Services, cluster: Cluster, task_id: str) -> str | None:
-    """A pool recorded for the task whose name never reached its row: an abort landed between
-    the pool's record (write-ahead, or an idle pool's claim) and the row's compare-and-set."""
+    """The pool recorded as the task's, which its row may not name yet: an abort or a crash came
+    between the pool's record (write-ahead, an idle pool's claim, a hand-over) and the row's
+    compare-and-set. The row's name is used only once the task holds no pool any more (a retried
+    release after the pool was kept or went)."""
     held = services.store.held_pool(cluster.id, task_id)
     return held.name if held else None
 
@@ -103,6 +109,10 @@ def keep_or_delete_pool(
 ) -> str | None:
     """Hand the pool to the queue's next task, or delete it; returns a deletion error, if any.
 
+    Its takers are the queue's waiting tasks and its acquiring one while that holds no ready pool
+    (it takes an idle pool at once, by hand-over). With none, the keeping policy's horizon for
+    the queue decides whether the pool is kept as a spare (then reaped once past it).
+
     Only a pool that became ready (in_use) is kept: one still creating, or broken, would hand
     its failure to the next task. An aborted task's pool that GKE is still creating is waited
     for first (design §8, abort while provisioning: wait for the create, then check reuse), so
@@ -112,7 +122,10 @@ def keep_or_delete_pool(
     deleted only when neither a waiting task nor the warm target keeps it."""
     store = services.store
     idle = store.idle_count(queue)
-    keep = services.keep_pool(store.waiting_count(queue), idle) or warm_keeps(
+    record = store.pool(cluster.id, pool)
+    horizon = keep_horizon(services, queue, record.mode) if record else timedelta(0)
+    takers = store.waiting_count(queue) + store.takers_without_pool().get(queue, 0)
+    keep = services.keep_policy.keep_at_release(takers, idle, horizon) or warm_keeps(
         warm_target_of(services, queue).pools, idle
     )
     if keep and outcome.status is Status.ABORTED:
@@ -125,6 +138,16 @@ def keep_or_delete_pool(
         if current is None or current.state is not PoolState.DELETING:
             return None  # kept or handed on by an earlier attempt of this release: not this task's any more
     return delete_pool(services, cluster, pool)
+
+
+def observed(services: Services, queue: QueueKey) -> QueueObservations:
+    """What the queue's recent arrivals and pool creations say, for the keeping policy."""
+    return services.store.queue_observations(queue, OBSERVED_GAPS, OBSERVED_CREATIONS)
+
+
+def keep_horizon(services: Services, queue: QueueKey, mode: ProvisioningMode) -> timedelta:
+    """How long an idle pool of the queue and mode is worth keeping while nobody waits for it."""
+    return services.keep_policy.horizon(observed(services, queue), mode)
 
 
 def warm_target_of(services: Services, queue: QueueKey) -> WarmTarget:

@@ -72,8 +72,8 @@ def _final_attempt() -> bool:
 
 
 @task(name="wait-node-pool-ready", **_ONCE)
-def wait_node_pool_ready(view: TaskView, choice: PoolChoice, started_iso: str) -> None:
-    acquisition.wait_pool_ready(services(), view, choice, datetime.fromisoformat(started_iso))
+def wait_node_pool_ready(view: TaskView, choice: PoolChoice, started_iso: str) -> str:
+    return acquisition.wait_pool_ready(services(), view, choice, datetime.fromisoformat(started_iso))
 
 
 @task(name="submit-job", **_ONCE)

@@ -165,6 +165,7 @@ class NodePoolRow(Base):
     idle_since: Mapped[datetime | None]
     last_error: Mapped[str | None] = mapped_column(sa.Text)
     warm_rule: Mapped[str | None] = mapped_column(sa.String(63))  # the tidal rule it was created for
+    ready_at: Mapped[datetime | None]  # minus created_at: how long its creation took
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 
@@ -223,9 +224,13 @@ class TaskProgressRow(Base):
     outcome_status: Mapped[str | None] = mapped_column(sa.String(16))
     outcome_reason: Mapped[str | None] = mapped_column(sa.String(64))
     outcome_message: Mapped[str | None] = mapped_column(sa.Text)
+    queued_at: Mapped[datetime | None]  # intake: the queue's arrivals, whose gaps keep-or-delete weighs
     updated_at: Mapped[datetime]
 
     __table_args__ = (
         sa.Index("ix_falcon_task_progress__phase", "phase"),
         sa.Index("ix_falcon_task_progress__cluster_id__topology__phase", "cluster_id", "topology", "phase"),
+        sa.Index(
+            "ix_falcon_task_progress__cluster_id__topology__queued_at", "cluster_id", "topology", "queued_at"
+        ),
     )

@@ -9,6 +9,7 @@ checked against the domain's transition tables first (design §9).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -35,6 +36,7 @@ from falcon.domain.lifecycle import (
     check_phase_move,
 )
 from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey, Task
+from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.scheduling import WaitingTask, pick_next
 from falcon.domain.status import Reason, Status, check_transition
 from falcon.domain.warm_pools import WarmRule
@@ -327,6 +329,7 @@ def queue_task(session: Session, task_id: str, queue: QueueKey, now: datetime) -
             cluster_id=queue.cluster_id,
             topology=queue.topology,
             attempt=0,
+            queued_at=now,
             updated_at=now,
         )
     )
@@ -616,6 +619,23 @@ def waiting_count(session: Session, queue: QueueKey) -> int:
     return int(session.scalar(query) or 0)
 
 
+def takers_without_pool(session: Session) -> dict[QueueKey, int]:
+    """Acquiring tasks that hold no ready pool, per queue: each would take an idle pool of its
+    queue at once (at provision, or by hand-over while its own is being created)."""
+    ready = sa.exists().where(
+        NodePoolRow.holder_task_id == TaskProgressRow.task_id, NodePoolRow.state == PoolState.IN_USE.value
+    )
+    query = (
+        sa.select(TaskProgressRow.cluster_id, TaskProgressRow.topology, sa.func.count())
+        .where(TaskProgressRow.phase == Phase.ACQUIRING.value, ~ready)
+        .group_by(TaskProgressRow.cluster_id, TaskProgressRow.topology)
+    )
+    return {
+        QueueKey(cluster_id or "", topology or ""): int(count)
+        for cluster_id, topology, count in session.execute(query)
+    }
+
+
 def _waiting_in(queue: QueueKey) -> tuple[sa.ColumnElement[bool], ...]:
     """The rows of tasks waiting in ``queue`` (a join of the job and progress tables)."""
     return (
@@ -757,9 +777,8 @@ def _move_pool(
 
 
 def pool_ready(session: Session, cluster_id: str, name: str, now: datetime) -> None:
-    _move_pool(
-        session, cluster_id, name, now, {NodePoolRow.state: PoolState.IN_USE.value}, [PoolState.CREATING]
-    )
+    values: dict[Any, Any] = {NodePoolRow.state: PoolState.IN_USE.value, NodePoolRow.ready_at: now}
+    _move_pool(session, cluster_id, name, now, values, [PoolState.CREATING])
 
 
 def keep_pool(session: Session, cluster_id: str, name: str, holder: str, now: datetime) -> bool:
@@ -820,6 +839,61 @@ def claim_idle_pool(session: Session, queue: QueueKey, task_id: str, now: dateti
     return None
 
 
+def hand_over(
+    session: Session, queue: QueueKey, task_id: str, own: str, own_exists: bool, now: datetime
+) -> NodePool | None:
+    """Give ``task_id``, whose own pool ``own`` is still being created, the queue's oldest idle
+    pool, and let go of its own in the same transaction, so that the task never holds two pools
+    nor none: its own becomes unheld, followed to ready by a warm run and then kept or deleted as
+    any idle pool (``own_exists``: GKE has it), or is closed (GKE never got it). None, and nothing
+    changed, when there is no idle pool to take."""
+    mine = session.get(NodePoolRow, (queue.cluster_id, own))
+    if mine is None or mine.state != PoolState.CREATING.value or mine.holder_task_id != task_id:
+        return None  # ready already, or not this task's: nothing to hand over
+    taken = claim_idle_pool(session, queue, task_id, now)
+    if taken is None:
+        return None
+    values: dict[Any, Any] = {NodePoolRow.holder_task_id: None}
+    if not own_exists:
+        values[NodePoolRow.state] = PoolState.DELETED.value
+    _move_pool(session, queue.cluster_id, own, now, values, [PoolState.CREATING], task_id)
+    return taken
+
+
+def queue_observations(session: Session, queue: QueueKey, gaps: int, creations: int) -> QueueObservations:
+    """The newest ``gaps`` gaps between the queue's arrivals (intake times) and its newest
+    ``creations`` pool creations (write-ahead record to ready), per mode, oldest first."""
+    arrivals = session.scalars(
+        sa.select(TaskProgressRow.queued_at)
+        .where(
+            TaskProgressRow.cluster_id == queue.cluster_id,
+            TaskProgressRow.topology == queue.topology,
+            TaskProgressRow.queued_at.is_not(None),
+        )
+        .order_by(TaskProgressRow.queued_at.desc())
+        .limit(gaps + 1)
+    ).all()
+    times = sorted(t for t in arrivals if t is not None)
+    created = session.execute(
+        sa.select(NodePoolRow.mode, NodePoolRow.created_at, NodePoolRow.ready_at)
+        .where(
+            NodePoolRow.cluster_id == queue.cluster_id,
+            NodePoolRow.topology == queue.topology,
+            NodePoolRow.ready_at.is_not(None),
+        )
+        .order_by(NodePoolRow.ready_at.desc())
+        .limit(creations)
+    ).all()
+    by_mode: dict[ProvisioningMode, list[float]] = {}
+    for mode, created_at, ready_at in reversed(created):
+        if ready_at is not None:
+            by_mode.setdefault(ProvisioningMode(mode), []).append((ready_at - created_at).total_seconds())
+    return QueueObservations(
+        arrival_gaps=tuple((b - a).total_seconds() for a, b in itertools.pairwise(times)),
+        creation_seconds={mode: tuple(seconds) for mode, seconds in by_mode.items()},
+    )
+
+
 # -- tidal warm pools ----------------------------------------------------------------------------
 
 
@@ -871,7 +945,11 @@ def warm_origin(session: Session, cluster_id: str, name: str) -> str | None:
 
 def warm_pool_ready(session: Session, cluster_id: str, name: str, now: datetime) -> bool:
     """A warm pool GKE finished creating waits idle for its queue's tasks, as a kept one does."""
-    values: dict[Any, Any] = {NodePoolRow.state: PoolState.IDLE.value, NodePoolRow.idle_since: now}
+    values: dict[Any, Any] = {
+        NodePoolRow.state: PoolState.IDLE.value,
+        NodePoolRow.idle_since: now,
+        NodePoolRow.ready_at: now,
+    }
     return _move_pool(session, cluster_id, name, now, values, [PoolState.CREATING], unheld=True)
 
 

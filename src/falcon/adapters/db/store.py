@@ -13,6 +13,7 @@ from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import session_scope
 from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState, Progress, Snapshot
 from falcon.domain.model import Cluster, QueueKey, Task
+from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.status import Reason, Status
 from falcon.domain.warm_pools import WarmRule
 
@@ -79,6 +80,10 @@ class SqlTaskStore:
     def waiting_count(self, queue: QueueKey) -> int:
         with self._tx() as s:
             return repo.waiting_count(s, queue)
+
+    def takers_without_pool(self) -> dict[QueueKey, int]:
+        with self._tx() as s:
+            return repo.takers_without_pool(s)
 
     def idle_count(self, queue: QueueKey) -> int:
         with self._tx() as s:
@@ -175,6 +180,16 @@ class SqlTaskStore:
     def claim_idle_pool(self, queue: QueueKey, task_id: str, now: datetime) -> NodePool | None:
         with self._tx() as s:
             return repo.claim_idle_pool(s, queue, task_id, now)
+
+    def hand_over(
+        self, queue: QueueKey, task_id: str, own: str, own_exists: bool, now: datetime
+    ) -> NodePool | None:
+        with self._tx() as s:
+            return repo.hand_over(s, queue, task_id, own, own_exists, now)
+
+    def queue_observations(self, queue: QueueKey, gaps: int, creations: int) -> QueueObservations:
+        with self._tx() as s:
+            return repo.queue_observations(s, queue, gaps, creations)
 
     def pool_ready(self, cluster_id: str, name: str, now: datetime) -> None:
         with self._tx() as s:

@@ -1,0 +1,197 @@
+"""Keep or delete an idle node pool by what it costs (design §5, refined by issue 10).
+
+An idle TPU pool costs node-time while it waits for its queue's next task; deleting it costs a
+new creation when that task comes (its nodes are held while GKE brings them up, and the task
+waits that long too). Within one queue every pool has the same node count, so the count cancels
+and both sides are seconds: keep a pool while the expected wait for its next user costs less
+than a creation of its mode.
+
+The design's rule stays the floor: a finished task's pool is kept whenever a task of its queue
+waits beyond the pools idle for it already. The cost rule adds a *horizon*: how long an idle
+pool (one spare beyond the waiters) is worth keeping while nobody waits, learnt per queue from
+what Falcon observed (the gaps between the queue's arrivals, and how long its pools took to
+create, per provisioning mode). It replaces the fixed kept-pool grace.
+
+Everything is a pure function of plain data: every duration is passed in, nothing reads a clock.
+Durations are counted in whole milliseconds inside, so that costs compare exactly and the
+horizon is a monotone function of its inputs (a float sum could tie or not by rounding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from statistics import median_low
+from typing import Protocol
+
+from falcon.domain.model import ProvisioningMode
+from falcon.domain.scheduling import keep_pool_after_task
+
+# The horizon of a policy that keeps every pool: an idle pool it keeps never expires.
+FOREVER = timedelta.max
+
+# An idle pool whose queue has waiters is still deleted after this many times the longer of its
+# horizon and a creation: a waiter that has not taken it by then would have had its own pool
+# ten times over, so something keeps it from this pool (its cluster held, say), and an idle TPU
+# pool costs money for nothing.
+IDLE_WITH_WAITERS_FACTOR = 10
+
+# No arrival gap or creation is longer: beyond a year it is a broken timestamp, not a rhythm.
+LONGEST_SECONDS = 366 * 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class QueueObservations:
+    """What Falcon observed of one queue, newest last."""
+
+    # Seconds between consecutive arrivals (the rows' created_at) of the queue's recent tasks.
+    arrival_gaps: tuple[float, ...] = ()
+    # The queue's recent pool creations per mode, seconds from the write-ahead record to ready.
+    creation_seconds: Mapping[ProvisioningMode, tuple[float, ...]] = field(default_factory=dict)
+
+
+class KeepPolicy(Protocol):
+    """What decides how long idle pools are kept: Falcon's CostPolicy, or a benchmark's baseline."""
+
+    def horizon(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
+        """How long an idle pool of this queue and mode is worth keeping while nobody waits for it."""
+        ...
+
+    def hold_for_waiters(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
+        """How long an idle pool is kept while tasks of its queue wait but none takes it."""
+        ...
+
+    def keep_at_release(self, waiting: int, idle: int, horizon: timedelta) -> bool:
+        """Keep a just-finished task's pool? waiting = tasks waiting in its queue, idle = pools idle
+        for it already."""
+        ...
+
+
+@dataclass(frozen=True)
+class CostPolicy:
+    """Falcon's rule: keep an idle pool for the horizon ``h`` that minimises the node-time it is
+    expected to cost until its queue's next task, learnt from the gaps between the queue's arrivals.
+
+    A pool goes idle with nobody waiting when a task ends, an instant taken as unrelated to the
+    arrivals, and waits for the rest of the gap it fell in. Such an instant falls in a gap with a
+    chance in proportion to the gap's length, at a uniform point of it (the inspection paradox: the
+    releases of a bursty queue land in its lulls, seldom in its bursts, whose tasks wait for each
+    other and are the floor's anyway). Taking the gaps themselves for the waits, as if releases
+    came right after arrivals, would keep every pool of a bursty queue for its burst spacing, in
+    vain. Over a gap ``g`` the spell costs, times ``g``: ``g²/2`` when ``h >= g`` (it waited,
+    then was reused), else ``g·h - h²/2 + C·(g - h)`` (it waited at most ``h``; when the rest was
+    longer it was deleted and the next task paid a creation ``C``). Summed over the gaps, the
+    cost is continuous and concave between them, so its minimum over every ``h >= 0`` is at 0 or
+    at a gap: checking those is exact, not a search. ``C`` multiplies a term that falls as ``h``
+    grows, so a dearer creation never shortens the horizon. Ties go to the longer horizon: for the
+    same node-time, a reused pool starts the next task a creation sooner. At a steady period ``g``
+    this keeps pools iff ``g <= 2C``, since the rest of a gap is ``g/2`` on average.
+
+    A zero gap (a batch arriving together) is left out: no release lands in it, and it would only
+    count toward ``min_gaps``.
+
+    With fewer than ``min_gaps`` gaps the horizon is ``C``, the ski-rental rule: whatever the next
+    gap, an idle spell then costs at most twice what the best choice in hindsight would have.
+
+    ``C`` is the median of the mode's newest ``max_creations`` creations once ``min_creations``
+    were observed, else ``prior_creation_seconds`` (the design reckons 5-10 minutes for a TPU slice).
+    """
+
+    prior_creation_seconds: float  # a creation's cost until enough creations of the mode were observed
+    min_creations: int = 3
+    max_creations: int = 16  # the newest ones: GKE's pace changes with the hour and the zone
+    min_gaps: int = 5
+    max_gaps: int = 64  # the newest ones: a queue's rhythm changes through the day
+
+    def __post_init__(self) -> None:
+        if not 0 < self.prior_creation_seconds <= LONGEST_SECONDS:
+            raise ValueError(
+                f"prior_creation_seconds: {self.prior_creation_seconds} is not within (0, a year]"
+            )
+        if not (1 <= self.min_creations <= self.max_creations and 1 <= self.min_gaps <= self.max_gaps):
+            raise ValueError("need 1 <= min_creations <= max_creations and 1 <= min_gaps <= max_gaps")
+
+    def horizon(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
+        creation = self._creation_ms(observed, mode)
+        gaps = _milliseconds(observed.arrival_gaps)[-self.max_gaps :]
+        if len(gaps) < self.min_gaps:
+            return _duration(creation)
+        return _duration(_cheapest_horizon(gaps, creation))
+
+    def hold_for_waiters(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
+        creation = self._creation_ms(observed, mode)
+        longer = max(creation, _milliseconds_of(self.horizon(observed, mode)))
+        return _duration(IDLE_WITH_WAITERS_FACTOR * longer)
+
+    def keep_at_release(self, waiting: int, idle: int, horizon: timedelta) -> bool:
+        """The floor, or one spare pool beyond the waiters for the horizon. A second spare would
+        wait for the arrival after next, which the horizon does not price: where many tasks of a
+        queue run at once, their releases pile up spares that cost more than the creations they
+        save."""
+        return keep_pool_after_task(waiting, idle) or (horizon > timedelta(0) and idle == waiting)
+
+    def _creation_ms(self, observed: QueueObservations, mode: ProvisioningMode) -> int:
+        seen = _milliseconds(observed.creation_seconds.get(mode, ()))[-self.max_creations :]
+        if len(seen) >= self.min_creations:
+            return median_low(seen)
+        return max(1, round(self.prior_creation_seconds * 1000))
+
+
+@dataclass(frozen=True)
+class DeleteEachPolicy:
+    """Baseline: create and delete a pool per task; no pool is ever kept, not even for a waiter."""
+
+    def horizon(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
+        return timedelta(0)
+
+    def hold_for_waiters(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
+        return timedelta(0)
+
+    def keep_at_release(self, waiting: int, idle: int, horizon: timedelta) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class KeepAllPolicy:
+    """Baseline: keep every pool, forever (FOREVER: an idle pool it kept never expires)."""
+
+    def horizon(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
+        return FOREVER
+
+    def hold_for_waiters(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
+        return FOREVER
+
+    def keep_at_release(self, waiting: int, idle: int, horizon: timedelta) -> bool:
+        return True
+
+
+def _cheapest_horizon(gaps_ms: Iterable[int], creation_ms: int) -> int:
+    """The horizon (ms) of least expected idle-spell cost over ``gaps_ms`` (all positive), the
+    longest of equals; 0 when there are no gaps. See CostPolicy for the cost; it is summed here
+    times two, in whole milliseconds, so that every comparison is exact."""
+    gaps = sorted(gaps_ms)
+    rest = sum(gaps)  # of the gaps longer than the horizon
+    best, best_cost, bridged = 0, 2 * creation_ms * rest, 0  # h = 0: every spell pays a creation
+    for count, gap in enumerate(gaps, start=1):
+        bridged, rest, longer = bridged + gap * gap, rest - gap, len(gaps) - count
+        cost = bridged + 2 * gap * rest - longer * gap * gap + 2 * creation_ms * (rest - longer * gap)
+        if cost <= best_cost:
+            best, best_cost = gap, cost
+    return best
+
+
+def _milliseconds(seconds: Iterable[float]) -> list[int]:
+    """Whole milliseconds of the durations that can be one: NaN, negative, zero and absurdly long
+    values (a clock step, a row written twice, a unit mix-up) are dropped, not allowed to steer
+    the policy."""
+    kept = (round(s * 1000) for s in seconds if 0 < s <= LONGEST_SECONDS)
+    return [ms for ms in kept if ms > 0]
+
+
+def _milliseconds_of(duration: timedelta) -> int:
+    return duration // timedelta(milliseconds=1)
+
+
+def _duration(milliseconds: int) -> timedelta:
+    return timedelta(milliseconds=milliseconds)

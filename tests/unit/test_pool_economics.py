@@ -1,0 +1,298 @@
+"""Keep-or-delete by cost (issue 10): the horizon an idle pool is kept for, and the reaper with it.
+
+We test, as named cases: short gaps (kept for the longest of them), long gaps (deleted at once),
+bursty gaps (an hour's lulls: deleted, since releases land in the lulls; minutes' lulls: kept
+across them), a steady period against two creations, few gaps (the ski-rental horizon, one
+creation), creation times per mode (flex-start dearer than the reservation), the prior until
+enough creations were seen, junk durations ignored, the floor and one spare at release, and the
+baselines.
+As properties: the horizon's expected cost over the observed gaps, computed here gap by gap, is
+the least of any horizon (so no more than h = 0 or h = C); it is never negative and grows with
+the creation cost; junk never changes it; the floor always keeps; the baselines do as named; and
+the reaper (each pool by its own horizon and hold, composed with tidal warm targets) deletes
+exactly the pools neither keeps.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from fractions import Fraction
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from falcon.domain.model import ProvisioningMode, QueueKey
+from falcon.domain.pool_economics import (
+    FOREVER,
+    IDLE_WITH_WAITERS_FACTOR,
+    CostPolicy,
+    DeleteEachPolicy,
+    KeepAllPolicy,
+    KeepPolicy,
+    QueueObservations,
+)
+from falcon.domain.scheduling import IdlePool, expired_idle_pools, keep_pool_after_task
+
+RES, FLEX = ProvisioningMode.RESERVATION, ProvisioningMode.FLEX_START
+PRIOR = 300.0
+POLICY = CostPolicy(prior_creation_seconds=PRIOR)
+PROPERTY = settings(max_examples=100, deadline=None)
+NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+
+
+def seen(
+    gaps: tuple[float, ...] = (), res: tuple[float, ...] = (), flex: tuple[float, ...] = ()
+) -> QueueObservations:
+    return QueueObservations(gaps, {RES: res, FLEX: flex})
+
+
+def seconds(duration: timedelta) -> float:
+    return duration.total_seconds()
+
+
+# --- the horizon, named cases -----------------------------------------------------------------
+
+BURSTS = (15, 40, 90, 3600, 20, 60, 30, 5400, 25, 35, 80)  # three bursts of four, 1-1.5 h apart
+SHORT_LULLS = (15, 40, 90, 400, 20, 60, 30, 500, 25, 35, 80)  # the same, 7-8 min apart
+
+
+@pytest.mark.parametrize(
+    ("observed", "mode", "horizon"),
+    [
+        pytest.param(seen((30, 45, 60, 50, 40)), RES, 60, id="short gaps: kept until the longest of them"),
+        pytest.param(seen((900, 1200, 3600, 1000, 2000)), RES, 0, id="gaps beyond two creations: deleted"),
+        pytest.param(seen(BURSTS), RES, 0, id="bursts an hour apart: deleted (releases land in the lulls)"),
+        pytest.param(seen(SHORT_LULLS), RES, 500, id="bursts minutes apart: kept across the lulls"),
+        pytest.param(seen((200, 3600, 4000, 5000, 6000, 7000)), RES, 0, id="one short gap among long ones"),
+        pytest.param(seen((500,) * 6), RES, 500, id="steady, within two creations: kept for the period"),
+        pytest.param(seen((600,) * 6), RES, 600, id="steady, two creations: a tie, kept (starts sooner)"),
+        pytest.param(seen((650,) * 6), RES, 0, id="steady, beyond two creations: deleted"),
+        pytest.param(seen((30, 40)), RES, PRIOR, id="two gaps: ski rental, one creation (the prior)"),
+        pytest.param(
+            seen((30, 40), res=(100, 120, 140)), RES, 120, id="two gaps: ski rental, the observed median"
+        ),
+        pytest.param(QueueObservations(), FLEX, PRIOR, id="nothing observed: one creation (the prior)"),
+        pytest.param(seen((), res=(100, 120)), RES, PRIOR, id="two creations are not enough: the prior"),
+        pytest.param(seen((), res=(100, 120, 140, 160)), RES, 120, id="an even count: the lower median"),
+    ],
+)
+def test_horizon(observed: QueueObservations, mode: ProvisioningMode, horizon: float) -> None:
+    assert seconds(POLICY.horizon(observed, mode)) == horizon
+
+
+def test_flex_start_creations_cost_more_so_its_pools_are_kept_longer() -> None:
+    observed = seen((200, 250, 300, 400, 500, 600, 5000), res=(110, 120, 130), flex=(900, 1000, 1100))
+    assert seconds(POLICY.horizon(observed, RES)) == 0  # a 2-minute creation beats any wait
+    assert seconds(POLICY.horizon(observed, FLEX)) == 250  # a 16-minute one is worth the short rests
+
+
+def test_only_the_newest_observations_count() -> None:
+    policy = CostPolicy(PRIOR, min_creations=1, max_creations=2, min_gaps=1, max_gaps=3)
+    observed = seen((50, 60, 70, 5000, 6000, 7000), res=(900, 100, 200))
+    # C = median of (100, 200) = 100; gaps 5000-7000 all longer: delete at once.
+    assert seconds(policy.horizon(observed, RES)) == 0
+    assert seconds(policy.hold_for_waiters(observed, RES)) == IDLE_WITH_WAITERS_FACTOR * 100
+
+
+@pytest.mark.parametrize("junk", [float("nan"), float("inf"), -float("inf"), -30.0, 0.0, 1e30])
+def test_junk_durations_are_ignored(junk: float) -> None:
+    clean = seen((30, 45, 60, 50, 40), res=(100, 120, 140))
+    dirty = seen((junk, 30, 45, junk, 60, 50, 40, junk), res=(junk, 100, 120, junk, 140))
+    assert POLICY.horizon(dirty, RES) == POLICY.horizon(clean, RES)
+    assert POLICY.hold_for_waiters(dirty, RES) == POLICY.hold_for_waiters(clean, RES)
+    assert seconds(POLICY.horizon(seen((junk,) * 10, res=(junk,) * 5), RES)) == PRIOR
+
+
+@pytest.mark.parametrize(
+    ("observed", "hold"),
+    [
+        pytest.param(seen((30, 45, 60, 50, 40)), 10 * PRIOR, id="horizon below a creation: ten creations"),
+        pytest.param(seen((500,) * 6), 10 * 500, id="horizon above a creation: ten horizons"),
+    ],
+)
+def test_a_pool_is_held_for_waiters_who_do_not_take_it_ten_times_the_longer_of_horizon_and_creation(
+    observed: QueueObservations, hold: float
+) -> None:
+    assert seconds(POLICY.hold_for_waiters(observed, RES)) == hold
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        {"prior_creation_seconds": 0},
+        {"prior_creation_seconds": float("nan")},
+        {"prior_creation_seconds": 1e12},
+        {"prior_creation_seconds": PRIOR, "min_gaps": 0},
+        {"prior_creation_seconds": PRIOR, "min_creations": 5, "max_creations": 4},
+    ],
+)
+def test_a_policy_that_cannot_decide_is_refused(policy: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        CostPolicy(**policy)
+
+
+# --- keep at release --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("waiting", "idle", "horizon", "keep"),
+    [
+        pytest.param(0, 0, 0, False, id="nobody waits, horizon 0: delete"),
+        pytest.param(1, 0, 0, True, id="one waits: the floor keeps it"),
+        pytest.param(12, 0, 0, True, id="many wait: keep"),
+        pytest.param(1, 1, 0, False, id="one waits, a pool idle for it already: delete"),
+        pytest.param(3, 2, 0, True, id="more wait than pools idle: keep"),
+        pytest.param(0, 0, 60, True, id="nobody waits, horizon 60 s: keep for it"),
+        pytest.param(1, 1, 60, True, id="waiter served already, horizon 60 s: keep one spare"),
+        pytest.param(0, 1, 60, False, id="a spare idle already: delete"),
+        pytest.param(2, 4, 60, False, id="spares beyond the waiters already: delete"),
+    ],
+)
+def test_keep_at_release(waiting: int, idle: int, horizon: float, keep: bool) -> None:
+    assert POLICY.keep_at_release(waiting, idle, timedelta(seconds=horizon)) is keep
+
+
+def test_the_baselines_do_as_named() -> None:
+    delete_each: KeepPolicy = DeleteEachPolicy()
+    keep_all: KeepPolicy = KeepAllPolicy()
+    observed = seen((30, 45, 60, 50, 40))
+    assert delete_each.horizon(observed, RES) == delete_each.hold_for_waiters(observed, RES) == timedelta(0)
+    assert not delete_each.keep_at_release(5, 0, timedelta(0))
+    assert keep_all.horizon(observed, FLEX) == keep_all.hold_for_waiters(observed, FLEX) == FOREVER
+    assert keep_all.keep_at_release(0, 9, FOREVER)
+
+
+# --- properties -------------------------------------------------------------------------------
+
+# Gaps in whole milliseconds, as the policy counts them, so the reference costs below are exact.
+GAPS_MS = st.lists(st.integers(1, 3_000_000), min_size=5, max_size=40)
+CREATION_MS = st.integers(1, 2_000_000)
+JUNK = st.sampled_from([float("nan"), float("inf"), -float("inf"), -1.0, 0.0, 1e20])
+
+
+def spell_cost(gaps_ms: list[int], h: int, creation_ms: int) -> Fraction:
+    """The expected node-time of an idle spell starting at a uniform instant of the observed span
+    (in gap g with chance g / total, uniform within it), integrated here gap by gap."""
+
+    def within(g: int) -> Fraction:  # E[cost | the spell starts in g] = E[min(rest, h)] + C P(rest > h)
+        if g <= h:
+            return Fraction(g, 2)
+        return h - Fraction(h * h, 2 * g) + creation_ms * Fraction(g - h, g)
+
+    return sum((Fraction(g, sum(gaps_ms)) * within(g) for g in gaps_ms), Fraction(0))
+
+
+def policy_for(creation_ms: int) -> CostPolicy:
+    return CostPolicy(creation_ms / 1000, max_gaps=1000)
+
+
+def horizon_ms(policy: KeepPolicy, gaps_ms: list[int], mode: ProvisioningMode = RES) -> int:
+    return policy.horizon(seen(tuple(g / 1000 for g in gaps_ms)), mode) // timedelta(milliseconds=1)
+
+
+@PROPERTY
+@given(GAPS_MS, CREATION_MS, st.lists(st.integers(0, 4_000_000), max_size=10))
+def test_the_horizon_costs_least_of_any_horizon_on_the_observed_gaps(
+    gaps: list[int], creation: int, others: list[int]
+) -> None:
+    chosen = spell_cost(gaps, horizon_ms(policy_for(creation), gaps), creation)
+    for other in [0, creation, *gaps, *(g - 1 for g in gaps), *others]:
+        assert chosen <= spell_cost(gaps, other, creation)
+
+
+@PROPERTY
+@given(GAPS_MS, CREATION_MS, CREATION_MS)
+def test_a_dearer_creation_never_shortens_the_horizon(gaps: list[int], c1: int, c2: int) -> None:
+    low, high = sorted((c1, c2))
+    assert horizon_ms(policy_for(low), gaps) <= horizon_ms(policy_for(high), gaps)
+    assert horizon_ms(policy_for(low), gaps[:2]) <= horizon_ms(policy_for(high), gaps[:2])  # ski rental
+
+
+@PROPERTY
+@given(
+    st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), JUNK), max_size=30),
+    st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), JUNK), max_size=10),
+    st.sampled_from(list(ProvisioningMode)),
+)
+def test_any_observation_gives_a_horizon_neither_negative_nor_beyond_the_hold(
+    gaps: list[float], creations: list[float], mode: ProvisioningMode
+) -> None:
+    observed = QueueObservations(tuple(gaps), {mode: tuple(creations)})
+    horizon = POLICY.horizon(observed, mode)
+    assert timedelta(0) <= horizon <= POLICY.hold_for_waiters(observed, mode)
+
+
+@PROPERTY
+@given(GAPS_MS, st.lists(st.tuples(st.integers(0, 45), JUNK), max_size=8))
+def test_junk_anywhere_never_changes_the_horizon(gaps: list[int], junk: list[tuple[int, float]]) -> None:
+    dirty: list[float] = [g / 1000 for g in gaps]
+    for position, value in junk:
+        dirty.insert(position, value)
+    assert POLICY.horizon(seen(tuple(dirty)), RES) == POLICY.horizon(seen(tuple(g / 1000 for g in gaps)), RES)
+
+
+@PROPERTY
+@given(st.integers(0, 50), st.integers(0, 50), st.integers(0, 10**9))
+def test_the_floor_always_keeps_and_the_baselines_never_or_always(
+    waiting: int, idle: int, horizon: int
+) -> None:
+    kept_for = timedelta(milliseconds=horizon)
+    one_spare = horizon > 0 and idle == waiting
+    assert POLICY.keep_at_release(waiting, idle, kept_for) is (
+        keep_pool_after_task(waiting, idle) or one_spare
+    )
+    if waiting > idle:
+        assert POLICY.keep_at_release(waiting, idle, timedelta(0))
+    assert not DeleteEachPolicy().keep_at_release(waiting, idle, kept_for)
+    assert KeepAllPolicy().keep_at_release(waiting, idle, kept_for)
+
+
+# --- the reaper with per-pool horizons and warm targets -------------------------------------------
+
+QUEUES = [QueueKey("c1", "2x4"), QueueKey("c1", "4x4"), QueueKey("c2", "2x4")]
+MINUTES = st.integers(0, 120)
+
+
+@st.composite
+def idle_pools(draw: st.DrawFn) -> list[IdlePool]:
+    pools = []
+    for i in range(draw(st.integers(0, 8))):
+        queue = draw(st.sampled_from(QUEUES))
+        keep_for = draw(st.one_of(MINUTES.map(lambda m: timedelta(minutes=m)), st.just(FOREVER)))
+        hold_for = draw(st.one_of(MINUTES.map(lambda m: timedelta(minutes=m)), st.just(FOREVER)))
+        idle_since = NOW - timedelta(minutes=draw(MINUTES))
+        pools.append(IdlePool(queue.cluster_id, f"p{i}", queue.topology, idle_since, keep_for, hold_for))
+    return pools
+
+
+def own_rule_expires(pool: IdlePool, waiting: dict[QueueKey, int]) -> bool:
+    queue = QueueKey(pool.cluster_id, pool.topology)
+    if waiting.get(queue, 0):
+        return NOW - pool.idle_since > max(pool.keep_for, pool.hold_for)
+    return NOW - pool.idle_since > pool.keep_for
+
+
+@PROPERTY
+@given(
+    idle_pools(),
+    st.dictionaries(st.sampled_from(QUEUES), st.integers(0, 3)),
+    st.one_of(st.none(), st.dictionaries(st.sampled_from(QUEUES), st.integers(0, 4))),
+)
+def test_the_reaper_deletes_what_neither_the_pools_own_horizon_nor_the_warm_target_keeps(
+    pools: list[IdlePool], waiting: dict[QueueKey, int], warm: dict[QueueKey, int] | None
+) -> None:
+    reaped = expired_idle_pools(pools, waiting, NOW, warm)
+    expired = [pool for pool in pools if own_rule_expires(pool, waiting)]
+    assert [p for p in pools if p in reaped] == reaped  # a subsequence, in the order given
+    assert all(p in expired for p in reaped)
+    assert not any(p.keep_for == FOREVER for p in reaped)  # kept forever means forever
+    idle, gone = Counter(QueueKey(p.cluster_id, p.topology) for p in pools), Counter[QueueKey]()
+    for pool in reaped:
+        gone[QueueKey(pool.cluster_id, pool.topology)] += 1
+    for queue, count in idle.items():
+        target = (warm or {}).get(queue, 0)
+        might_go = sum(1 for p in expired if QueueKey(p.cluster_id, p.topology) == queue)
+        assert gone[queue] == min(might_go, max(0, count - target))

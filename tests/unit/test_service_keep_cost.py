@@ -1,0 +1,82 @@
+"""Keep-or-delete by cost at release and in the reaper, from what Falcon observed of the queue
+(issue 10): arrival gaps recorded at intake, creation times recorded when pools become ready."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from tests.unit.fakes import arrivals, clusters_of, k8s_of, running
+
+from falcon.domain.lifecycle import NodePool, PoolState
+from falcon.domain.model import ProvisioningMode, QueueKey, k8s_job_name_for, node_pool_name_for
+from falcon.services import reconcile
+from falcon.services.context import Services
+from falcon.services.release import keep_horizon, release
+
+QUEUE = QueueKey("c1", "2x2")
+POOL = node_pool_name_for("t1", "2x2")
+
+
+def _finish(svc: Services) -> None:
+    running(svc, "t1")
+    k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
+    assert reconcile.follow_running(svc, clusters_of(svc)).ended == ["t1"]
+    release(svc, "t1")
+
+
+def _reaped_after(svc: Services, seconds: float) -> list[str]:
+    svc.clock.advance(seconds)  # type: ignore[attr-defined]
+    return reconcile.reap_idle_pools(svc, clusters_of(svc), {})
+
+
+def _created(svc: Services, name: str, seconds: float) -> None:
+    """A past pool of the queue that took ``seconds`` from its record to ready."""
+    mode = ProvisioningMode.FLEX_START
+    pool = NodePool("c1", name, "2x2", "ct6e-standard-4t", mode, None, PoolState.CREATING, "old")
+    start = svc.clock.now() - timedelta(hours=1)
+    svc.store.write_ahead_pool(pool, start)
+    svc.store.pool_ready("c1", name, start + timedelta(seconds=seconds))
+    svc.store.pool_deleted("c1", name, start + timedelta(seconds=seconds + 60))
+
+
+def test_with_nothing_observed_an_unwanted_pool_is_kept_for_one_creation_then_deleted(svc: Services) -> None:
+    _finish(svc)
+    assert svc.store.pool("c1", POOL).state is PoolState.IDLE
+    prior = svc.settings.pool_creation_prior_seconds
+    assert _reaped_after(svc, prior - 1) == []
+    assert _reaped_after(svc, 2) == [POOL]
+
+
+def test_a_queue_used_every_half_minute_keeps_its_idle_pool_about_that_long(svc: Services) -> None:
+    arrivals(svc, QUEUE, (30.0,) * 10)
+    _finish(svc)
+    assert keep_horizon(svc, QUEUE, ProvisioningMode.RESERVATION) == timedelta(seconds=30)
+    assert _reaped_after(svc, 29) == []
+    assert _reaped_after(svc, 2) == [POOL]
+
+
+def test_a_queue_used_once_an_hour_deletes_an_unwanted_pool_at_once(svc: Services) -> None:
+    arrivals(svc, QUEUE)
+    _finish(svc)
+    assert svc.store.pool("c1", POOL).state is PoolState.DELETED
+    assert svc.node_pools.pools == {}  # type: ignore[attr-defined]
+
+
+def test_observed_creation_times_replace_the_prior(svc: Services) -> None:
+    for n, seconds in enumerate([8.0, 10.0, 40.0]):
+        _created(svc, f"falcon-2x2-old{n}", seconds)
+    assert keep_horizon(svc, QUEUE, ProvisioningMode.FLEX_START) == timedelta(seconds=10)  # the median
+    assert keep_horizon(svc, QUEUE, ProvisioningMode.RESERVATION) == timedelta(
+        seconds=svc.settings.pool_creation_prior_seconds
+    ), "no reservation pool observed yet"
+
+
+def test_a_pool_kept_for_waiters_who_do_not_take_it_goes_after_its_hold(svc: Services) -> None:
+    arrivals(svc, QUEUE, (30.0,) * 10)
+    _finish(svc)
+    waiting = {QUEUE: 1}
+    hold = 10 * svc.settings.pool_creation_prior_seconds  # ten times the longer of horizon and creation
+    svc.clock.advance(hold - 1)  # type: ignore[attr-defined]
+    assert reconcile.reap_idle_pools(svc, clusters_of(svc), waiting) == []
+    svc.clock.advance(2)  # type: ignore[attr-defined]
+    assert reconcile.reap_idle_pools(svc, clusters_of(svc), waiting) == [POOL]
