@@ -15,32 +15,65 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
 from types import FrameType
 
 from prefect import flow, get_run_logger
+from prefect.context import FlowRunContext
 
+from falcon.adapters.clock import StoppableClock
 from falcon.adapters.health import database_check, prefect_check, serving_health
-from falcon.bootstrap import services
+from falcon.adapters.metrics import timed_tick
+from falcon.adapters.runs import ThreadLauncher
+from falcon.bootstrap import services, serving
+from falcon.services.context import Services
 from falcon.services.dispatching import Dispatcher, DispatcherLoop
 from falcon.services.health import Verdict, readiness
-from falcon.settings import Settings
+from falcon.settings import RunsIn, Settings
+from flows.lifecycle import task_lifecycle, task_release
+from flows.warming import warm_pools
 
 _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 
 @flow(name="dispatcher")
 def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = None) -> int:
-    svc = services()
-    settings = svc.settings
-    work = Dispatcher(svc)
-    loop = DispatcherLoop(work.tick, svc.clock, tick_seconds or settings.tick_seconds, get_run_logger())
-    try:
-        with sigterm_stops(loop.stop), health_probes(settings, loop.liveness):
-            ticks = loop.run(run_seconds or settings.dispatcher_run_seconds)
-    finally:
-        work.close()  # launches under way finish before the run ends
+    with runs_in_process(services()) as svc:
+        settings = svc.settings
+        work = Dispatcher(svc)
+        loop = DispatcherLoop(
+            timed_tick(work.tick), svc.clock, tick_seconds or settings.tick_seconds, get_run_logger()
+        )
+        try:
+            with sigterm_stops(loop.stop), health_probes(settings, loop.liveness):
+                ticks = loop.run(run_seconds or settings.dispatcher_run_seconds)
+        finally:
+            work.close()  # launches under way finish before the run ends
     return ticks
+
+
+@contextmanager
+def runs_in_process(svc: Services) -> Iterator[Services]:
+    """With ``FALCON_RUNS_IN=dispatcher``, the block's services start the lifecycle, release and
+    warm flows as flow runs in this process's threads, and every flow of the process uses them.
+    At the end the runs are stopped at their next wait; those still inside an API call after
+    ``FALCON_RUN_STOP_SECONDS`` die with the process, and either kind is resumed by the next
+    dispatcher run from the database."""
+    settings = svc.settings
+    if settings.runs_in is RunsIn.DEPLOYMENTS:
+        yield svc
+        return
+    context = FlowRunContext.get()
+    owner = str(context.flow_run.id) if context and context.flow_run else None
+    launcher = ThreadLauncher((task_lifecycle, task_release, warm_pools), settings.run_threads, owner)
+    try:
+        with serving(replace(svc, launcher=launcher, clock=StoppableClock(launcher.stopping))) as served:
+            yield served
+    finally:
+        left = launcher.stop(settings.run_stop_seconds)
+        if left:
+            get_run_logger().warning("event=runs_left_running runs=%s", ",".join(left))
 
 
 @contextmanager

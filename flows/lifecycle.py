@@ -12,7 +12,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from falcon.bootstrap import services
-from falcon.domain.lifecycle import RunSuperseded, TaskEnded
+from falcon.domain.lifecycle import RunStopped, RunSuperseded, TaskEnded
 from falcon.services.lease import held_lease
 from falcon.tasks import (
     load_task,
@@ -44,6 +44,9 @@ def task_lifecycle(task_id: str, lease_id: str = "") -> str:
             mark_running(view, running)
             logger.info("event=running task_id=%s pods=%s", task_id, running)
             return "Running"
+        except RunStopped:
+            logger.info("event=run_stopped task_id=%s", task_id)
+            return "Stopped"
         except RunSuperseded as superseded:
             logger.info("event=run_superseded task_id=%s detail=%s", task_id, superseded)
             return "Superseded"
@@ -55,6 +58,10 @@ def task_lifecycle(task_id: str, lease_id: str = "") -> str:
 
 @flow(name="task-release", flow_run_name="release-{task_id}")
 def task_release(task_id: str) -> str:
-    status = retried(release_task, services().settings.release_retry)(task_id)
+    try:
+        status = retried(release_task, services().settings.release_retry)(task_id)
+    except RunStopped:
+        get_run_logger().info("event=run_stopped task_id=%s", task_id)
+        return "Stopped"
     get_run_logger().info("event=released task_id=%s status=%s", task_id, status)
     return status

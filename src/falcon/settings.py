@@ -8,6 +8,7 @@ local Prefect server, emulator). Secrets never live here: GCP credentials come f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 
@@ -15,6 +16,13 @@ from pydantic import Field, computed_field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from falcon.domain.messages import Locale
+
+
+class RunsIn(StrEnum):
+    """Where the per-task and warm flow runs execute (``adapters/runs.py``)."""
+
+    DISPATCHER = "dispatcher"  # threads of the dispatcher's process: no process start, one process
+    DEPLOYMENTS = "deployments"  # run_deployment: a process or pod per run, as the work pool runs it
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,16 @@ class Settings(BaseSettings):
     intake_batch: int = Field(default=500, gt=0)
     queue_refresh_seconds: float = Field(
         default=30.0, gt=0, description="how often the dispatcher re-reads all waiting tasks (safety net)"
+    )
+    runs_in: RunsIn = Field(
+        default=RunsIn.DISPATCHER,
+        description="where lifecycle, release and warm flow runs execute: dispatcher threads or deployments",
+    )
+    run_threads: int = Field(
+        default=32, ge=1, le=1024, description="flow runs executing at once in the dispatcher's process"
+    )
+    run_stop_seconds: float = Field(
+        default=5.0, ge=0, description="at a dispatcher run's end, how long its flow runs get to stop"
     )
 
     # -- health and readiness of the dispatcher's process (Kubernetes probes)

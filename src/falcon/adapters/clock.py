@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import UTC, datetime
+
+from falcon.domain.lifecycle import RunStopped
 
 
 def utc_now() -> datetime:
@@ -21,3 +24,15 @@ class SystemClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
+
+
+class StoppableClock(SystemClock):
+    """Real time whose waits end in RunStopped once ``stopping`` is set: the clock of the flow runs
+    a ThreadLauncher runs, so they stop at their next wait when the dispatcher's run ends."""
+
+    def __init__(self, stopping: threading.Event) -> None:
+        self._stopping = stopping
+
+    def sleep(self, seconds: float) -> None:
+        if self._stopping.wait(seconds):
+            raise RunStopped("the dispatcher run these steps live in is ending")

@@ -1,29 +1,50 @@
 """Starting the per-task flow runs and the queues' warm-pool runs, and telling whether one is alive.
 
-``DeploymentLauncher`` is production: ``run_deployment(timeout=0)`` with an idempotency key per
-(task, attempt), so a dispatcher that restarts mid-launch can never start a second run. A warm
-run needs none: a second one for the same queue counts again under the cluster's lock and
-creates nothing the first did.
+Two launchers, chosen by ``FALCON_RUNS_IN``:
+
+``ThreadLauncher`` (``dispatcher``, the default) runs the lifecycle, release and warm flows as
+real Prefect flow runs (each visible in the UI with its task runs) in a bounded pool of threads
+of the dispatcher's own process: no process start on the path from a Job's end to its task's
+status, and one process's memory however many tasks acquire or release at once. Its run ids name
+their owner, the dispatcher's flow run; a second dispatcher (a rollout overlap) counts another's
+runs alive while that dispatcher's run is, so it never starts a second run for the same task.
+
+``DeploymentLauncher`` (``deployments``) starts each run with ``run_deployment(timeout=0)`` and an
+idempotency key per (task, attempt), for workers that run every flow run in a process or pod of
+its own; a dispatcher that restarts mid-launch can never start a second run.
 """
 
 from __future__ import annotations
 
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
 from uuid import UUID
 
 from prefect.client.orchestration import get_client
 from prefect.deployments import run_deployment
+from prefect.exceptions import ObjectNotFound
 
+from falcon.adapters.metrics import prefect_call
 from falcon.domain.model import QueueKey
 
 ACQUIRE_DEPLOYMENT = "task-lifecycle/task-lifecycle"
 RELEASE_DEPLOYMENT = "task-release/task-release"
 WARM_DEPLOYMENT = "warm-pools/warm-pools"
+OWNER_SEPARATOR = "/"
+
+logger = logging.getLogger(__name__)
 
 
 class DeploymentLauncher:
     def __init__(self, as_subflow: bool = True) -> None:
         self._as_subflow = as_subflow
 
+    @prefect_call
     def start_acquire(self, task_id: str, lease_id: str, attempt: int) -> str:
         run = run_deployment(
             ACQUIRE_DEPLOYMENT,
@@ -35,6 +56,7 @@ class DeploymentLauncher:
         )
         return str(run.id)  # type: ignore[union-attr]
 
+    @prefect_call
     def start_release(self, task_id: str, attempt: int) -> str:
         run = run_deployment(
             RELEASE_DEPLOYMENT,
@@ -46,6 +68,7 @@ class DeploymentLauncher:
         )
         return str(run.id)  # type: ignore[union-attr]
 
+    @prefect_call
     def start_warm(self, queue: QueueKey) -> str:
         run = run_deployment(
             WARM_DEPLOYMENT,
@@ -57,6 +80,105 @@ class DeploymentLauncher:
         return str(run.id)  # type: ignore[union-attr]
 
     def is_alive(self, run_id: str) -> bool:
+        return is_alive(run_id)
+
+
+@prefect_call
+def flow_run_alive(flow_run_id: str) -> bool:
+    """A flow run not yet in a final state; one Prefect does not know is not alive."""
+    try:
         with get_client(sync_client=True) as client:
-            run = client.read_flow_run(UUID(run_id))
-        return run.state is None or not run.state.is_final()
+            run = client.read_flow_run(UUID(flow_run_id))
+    except ObjectNotFound:
+        return False
+    return run.state is None or not run.state.is_final()
+
+
+def is_alive(run_id: str) -> bool:
+    """Whether a run recorded by either launcher is alive, as far as Prefect knows: a deployment
+    run by its own state, an in-process run by its owner's (the dispatcher run it lives in)."""
+    owner, separator, _ = run_id.partition(OWNER_SEPARATOR)
+    if not separator:
+        return flow_run_alive(run_id)
+    try:
+        UUID(owner)
+    except ValueError:
+        return False  # owned by a process outside any flow run (a benchmark's): gone with it
+    return flow_run_alive(owner)
+
+
+Flow = Callable[..., Any]
+
+
+class ThreadLauncher:
+    """Flow runs in ``threads`` daemon threads of this process; runs beyond that wait their turn.
+
+    ``stop`` ends them cooperatively: the steps' clock (``StoppableClock`` on ``stopping``)
+    raises RunStopped at their next wait, and the dispatcher's next run resumes each task from
+    the database. The threads are daemons, so a run still inside one API call when the process
+    exits dies as in any crash, and is resumed the same way."""
+
+    def __init__(
+        self,
+        flows: tuple[Flow, Flow, Flow],
+        threads: int,
+        owner: str | None = None,
+    ) -> None:
+        self._acquire, self._release, self._warm = flows
+        self.owner = owner or f"process-{uuid.uuid4()}"
+        self.stopping = threading.Event()
+        self._queue: queue.SimpleQueue[tuple[str, Flow, dict[str, Any]] | None] = queue.SimpleQueue()
+        self._live: set[str] = set()  # queued or running
+        self._lock = threading.Lock()
+        self._workers = [
+            threading.Thread(target=self._work, daemon=True, name=f"flow-runs-{n}") for n in range(threads)
+        ]
+        for worker in self._workers:
+            worker.start()
+
+    def start_acquire(self, task_id: str, lease_id: str, attempt: int) -> str:
+        return self._start(f"acquire-{task_id}-{attempt}", self._acquire, task_id=task_id, lease_id=lease_id)
+
+    def start_release(self, task_id: str, attempt: int) -> str:
+        return self._start(f"release-{task_id}-{attempt}", self._release, task_id=task_id)
+
+    def start_warm(self, queue: QueueKey) -> str:
+        key = f"warm-{queue.cluster_id}-{queue.topology}-{uuid.uuid4().hex[:8]}"
+        return self._start(key, self._warm, cluster_id=queue.cluster_id, topology=queue.topology)
+
+    def is_alive(self, run_id: str) -> bool:
+        owner, _, key = run_id.partition(OWNER_SEPARATOR)
+        if owner == self.owner:
+            with self._lock:
+                return key in self._live
+        return is_alive(run_id)
+
+    def stop(self, grace_seconds: float) -> list[str]:
+        """Ask every run to stop, wait up to ``grace_seconds``; returns the runs still going."""
+        self.stopping.set()
+        for _ in self._workers:
+            self._queue.put(None)
+        deadline = time.monotonic() + grace_seconds
+        for worker in self._workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            return sorted(self._live)
+
+    def _start(self, key: str, flow: Flow, **parameters: Any) -> str:
+        with self._lock:
+            if key not in self._live:  # the same attempt asked twice: one run
+                self._live.add(key)
+                self._queue.put((key, flow, parameters))
+        return f"{self.owner}{OWNER_SEPARATOR}{key}"
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            key, flow, parameters = item
+            try:
+                if not self.stopping.is_set():
+                    flow(**parameters)
+            except Exception:  # the flow run records its own failure; the dispatcher restarts it
+                logger.debug("event=flow_run_failed run=%s", key, exc_info=True)
+            finally:
+                with self._lock:
+                    self._live.discard(key)

@@ -16,9 +16,11 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
 from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 
+from falcon.adapters.metrics import prefect_call
 from falcon.domain.errors import PermanentError
 
 
+@prefect_call
 def ensure_limit(name: str) -> None:
     with get_client(sync_client=True) as client:
         try:
@@ -32,6 +34,7 @@ def ensure_limit(name: str) -> None:
                 client.upsert_global_concurrency_limit_by_name(name, limit=1)
 
 
+@prefect_call
 def try_acquire(name: str, lease_seconds: int) -> str | None:
     """Take the slot and return the lease id, or None when it is held."""
     with get_client(sync_client=True) as client:
@@ -49,6 +52,7 @@ def try_acquire(name: str, lease_seconds: int) -> str | None:
     return str(body["lease_id"])
 
 
+@prefect_call
 def renew(lease_id: str, lease_seconds: int) -> bool:
     """Extend the lease; False if it already expired (the slot may be someone else's now)."""
     with get_client(sync_client=True) as client:
@@ -61,12 +65,14 @@ def renew(lease_id: str, lease_seconds: int) -> bool:
     return True
 
 
+@prefect_call
 def release(lease_id: str) -> None:
     """Give the slot back; releasing an unknown or expired lease is a no-op on the server."""
     with get_client(sync_client=True) as client:
         client.release_concurrency_slots_with_lease(lease_id=UUID(lease_id))
 
 
+@prefect_call
 def reset(name: str) -> None:
     """Zero a limit's active count: used only when the database proves no task holds it."""
     with get_client(sync_client=True) as client:

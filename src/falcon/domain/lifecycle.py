@@ -115,6 +115,12 @@ class RunSuperseded(Exception):
     run must change nothing."""
 
 
+class RunStopped(RunSuperseded):
+    """The process running this step is shutting down (its dispatcher run ended): the step stops
+    at its next wait, changing nothing more, and the next dispatcher run resumes the task from the
+    database as it would after a crash."""
+
+
 @dataclass(frozen=True)
 class Progress:
     """Falcon's progress row of one task."""

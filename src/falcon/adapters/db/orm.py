@@ -219,8 +219,9 @@ class TaskProgressRow(Base):
     topology: Mapped[str | None] = mapped_column(sa.String(32))
     lease_id: Mapped[str | None] = mapped_column(sa.String(36))
     attempt: Mapped[int] = mapped_column(sa.Integer, default=0)
-    acquire_run_id: Mapped[str | None] = mapped_column(sa.String(36))
-    release_run_id: Mapped[str | None] = mapped_column(sa.String(36))
+    # a Prefect flow run id, or "<dispatcher flow run id>/<run name>" for a run in its threads
+    acquire_run_id: Mapped[str | None] = mapped_column(sa.String(160))
+    release_run_id: Mapped[str | None] = mapped_column(sa.String(160))
     outcome_status: Mapped[str | None] = mapped_column(sa.String(16))
     outcome_reason: Mapped[str | None] = mapped_column(sa.String(64))
     outcome_message: Mapped[str | None] = mapped_column(sa.Text)
