@@ -16,16 +16,17 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from datetime import datetime
 from functools import partial
 from types import FrameType
 
 from prefect import flow, get_run_logger
 from prefect.context import FlowRunContext
 
-from falcon.adapters.clock import StoppableClock
+from falcon.adapters.clock import StoppableClock, utc_now
 from falcon.adapters.health import database_check, prefect_check, serving_health
 from falcon.adapters.metrics import timed_tick
-from falcon.adapters.runs import ThreadLauncher
+from falcon.adapters.runs import ThreadLauncher, next_scheduled_start
 from falcon.bootstrap import services, serving
 from falcon.services.context import Services
 from falcon.services.dispatching import Dispatcher, DispatcherLoop
@@ -47,10 +48,30 @@ def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = No
         )
         try:
             with sigterm_stops(loop.stop), health_probes(settings, loop.liveness):
-                ticks = loop.run(run_seconds or settings.dispatcher_run_seconds)
+                ticks = loop.run(until_next_scheduled(run_seconds or settings.dispatcher_run_seconds))
         finally:
             work.close()  # launches under way finish before the run ends
     return ticks
+
+
+def until_next_scheduled(run_seconds: float, margin: float = 10.0) -> float:
+    """How long this run may loop: ``run_seconds``, cut short so that it ends ``margin`` seconds
+    before its deployment's next scheduled run starts. A run started off the schedule (the first
+    run ``falcon local`` starts, a restart by the Crashed trigger) would otherwise still hold the
+    deployment's concurrency slot then, and CANCEL_NEW would cancel the next run: no dispatcher
+    until the interval after it."""
+    context = FlowRunContext.get()
+    deployment = context.flow_run.deployment_id if context and context.flow_run else None
+    if deployment is None:
+        return run_seconds
+    return cut_short(run_seconds, next_scheduled_start(deployment), utc_now(), margin)
+
+
+def cut_short(run_seconds: float, next_start: datetime | None, now: datetime, margin: float) -> float:
+    """``run_seconds``, or less: until ``margin`` seconds before ``next_start`` (never below 0)."""
+    if next_start is None:
+        return run_seconds
+    return max(0.0, min(run_seconds, (next_start - now).total_seconds() - margin))
 
 
 @contextmanager
@@ -77,11 +98,15 @@ def runs_in_process(svc: Services) -> Iterator[Services]:
 
 
 @contextmanager
-def health_probes(settings: Settings, liveness: Callable[[float], Verdict]) -> Iterator[None]:
+def health_probes(
+    settings: Settings, liveness: Callable[[float], Verdict], port: int | None = None
+) -> Iterator[None]:
     """``/livez`` from the loop's last turn (``liveness`` given the allowed age), ``/readyz`` from
-    the database and the Prefect API, ``/metrics``: served for the block when
-    ``FALCON_HEALTH_PORT`` is set. The dispatcher's and the tidal controller's processes alike."""
-    if not settings.health_port:
+    the database and the Prefect API, ``/metrics``: served for the block on ``port`` (default
+    ``FALCON_HEALTH_PORT``) when set. The dispatcher's and the tidal controller's processes alike,
+    each on its own port: under ``falcon local`` they share one environment."""
+    port = settings.health_port if port is None else port
+    if not port:
         yield
         return
     checks = {
@@ -89,7 +114,7 @@ def health_probes(settings: Settings, liveness: Callable[[float], Verdict]) -> I
         "prefect": prefect_check(settings.readiness_timeout_seconds),
     }
     live = partial(liveness, settings.liveness_seconds)
-    with serving_health(settings.health_port, live, lambda: readiness(checks)):
+    with serving_health(port, live, lambda: readiness(checks)):
         yield
 
 

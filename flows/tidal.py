@@ -4,7 +4,7 @@ Deployed like the dispatcher: concurrency 1 (CANCEL_NEW) so two controllers neve
 objects, a schedule that starts the next run when this one ends, and a trigger on Crashed runs.
 Nothing is lost between runs: the objects' status is the controller's only state, and a new run's
 first list applies what the gap missed (the catch-up rule). SIGTERM ends the run within a second;
-with ``FALCON_HEALTH_PORT`` set the process serves ``/livez``, ``/readyz`` and ``/metrics``.
+with ``FALCON_TIDAL_HEALTH_PORT`` set the process serves ``/livez``, ``/readyz`` and ``/metrics``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from prefect import flow, get_run_logger
 
 from falcon.bootstrap import build_tidal_controller
 from falcon.settings import get_settings
-from flows.dispatcher import health_probes, sigterm_stops
+from flows.dispatcher import health_probes, sigterm_stops, until_next_scheduled
 
 
 @flow(name="tidal-controller")
@@ -21,7 +21,8 @@ def tidal_controller(run_seconds: float | None = None) -> None:
     settings = get_settings()
     controller, workers = build_tidal_controller(settings, get_run_logger())
     try:
-        with sigterm_stops(controller.stop), health_probes(settings, controller.liveness):
-            controller.run(run_seconds or settings.tidal_run_seconds)
+        probes = health_probes(settings, controller.liveness, settings.tidal_health_port)
+        with sigterm_stops(controller.stop), probes:
+            controller.run(until_next_scheduled(run_seconds or settings.tidal_run_seconds))
     finally:
         workers.close()

@@ -142,6 +142,13 @@ class Settings(BaseSettings):
     )
 
     # -- the TidalScheduler controller (oFEP-0033)
+    tidal_health_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="the tidal controller's /livez, /readyz, /metrics port; 0 = off (its own: falcon local "
+        "runs it beside the dispatcher)",
+    )
     tidal_catch_up_seconds: int = Field(
         default=86400,
         ge=1,

@@ -206,7 +206,7 @@ def test_the_flow_runs_the_controller_and_serves_its_probes_and_metrics(
         tidal_object("ticker", [{"name": "tick", "cron": EVERY_2_SECONDS, "replicas": 3}])
     )
     port = free_port()
-    monkeypatch.setenv("FALCON_HEALTH_PORT", str(port))
+    monkeypatch.setenv("FALCON_TIDAL_HEALTH_PORT", str(port))
     get_settings.cache_clear()
     states: list[Any] = []
     runner = threading.Thread(

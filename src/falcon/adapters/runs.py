@@ -22,13 +22,25 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    DeploymentFilter,
+    DeploymentFilterId,
+    FlowRunFilter,
+    FlowRunFilterExpectedStartTime,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+)
+from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.sorting import FlowRunSort
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 
+from falcon.adapters.clock import utc_now
 from falcon.adapters.metrics import prefect_call
 from falcon.domain.model import QueueKey
 
@@ -92,6 +104,22 @@ def flow_run_alive(flow_run_id: str) -> bool:
     except ObjectNotFound:
         return False
     return run.state is None or not run.state.is_final()
+
+
+@prefect_call
+def next_scheduled_start(deployment_id: UUID) -> datetime | None:
+    """When the deployment's next scheduled run is expected to start; None if none is scheduled."""
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
+            flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED])),
+                expected_start_time=FlowRunFilterExpectedStartTime(after_=utc_now()),
+            ),
+            sort=FlowRunSort.EXPECTED_START_TIME_ASC,
+            limit=1,
+        )
+    return runs[0].expected_start_time if runs else None
 
 
 def is_alive(run_id: str) -> bool:
