@@ -1,19 +1,24 @@
-"""Node-pool economics of delayed deletion (design §5) against two baselines, on one replayed workload.
+"""Node-pool economics of keep-or-delete against two baselines and the offline optimum, over several
+workload shapes and seeds.
 
-Three arms replay the same seeded synthetic workload (benchmarks/workload.py), each through the
-real Dispatcher with its lifecycle and release flows as threads of this process (as the end-to-end
-tests do), against a fresh emulator and a fresh SQLite file, under one ephemeral Prefect API:
+Three arms replay the same seeded synthetic workload (benchmarks/workload.py: --shapes bursty,
+trickle, daily; --seeds), each through the real Dispatcher with its lifecycle and release flows as
+threads of this process (as the end-to-end tests do), against a fresh emulator and a fresh SQLite
+file, under one ephemeral Prefect API:
 
-* falcon      - Falcon as configured: keep a finished task's pool iff a task of the same
-                (cluster, topology) queue waits; a kept pool nobody takes goes after the grace.
-* delete-each - create-and-delete per task: keep-or-delete forced to "delete".
-* keep-all    - keep every pool forever: keep-or-delete forced to "keep", kept-pool grace ~infinite;
-                Falcon's own reuse path then hands any idle pool of the queue to the next task.
+* falcon      - Falcon as configured: its CostPolicy keeps an idle pool while the expected wait for
+                the queue's next task costs less than a creation (src/falcon/domain/pool_economics.py).
+* delete-each - create-and-delete per task: DeleteEachPolicy.
+* keep-all    - keep every pool forever: KeepAllPolicy.
 
-The two baselines inject their keep-or-delete policy through Falcon's own seams: the arm's Services
-are ``dataclasses.replace(services, keep_pool=...)``, and every flow of the arm runs on them
-(``falcon.bootstrap.serving``); no Falcon module is monkeypatched. Keep-all also sets
-FALCON_KEPT_POOL_GRACE_SECONDS. Nothing else differs between the arms.
+The baselines inject their policy through Falcon's own seam: the arm's Services are
+``dataclasses.replace(services, keep_policy=...)`` and every flow of the arm runs on them
+(``falcon.bootstrap.serving``); no Falcon module is monkeypatched. Nothing else differs.
+
+Beside them, the offline optimum (benchmarks/pool_optimum.py): with the arrivals, run times and
+cluster choices of the falcon arm's replay (of the first arm run, without it) and each task's
+creation time for the mode its pool had there, the fewest node-hours any keep-or-delete policy
+could spend, and the creations it avoids.
 
 Measured, per arm:
 * node pools created: the emulator's counters (``GET /emulator/state``), split by mode from the DB;
@@ -29,13 +34,16 @@ Measured, per arm:
   GKE not yet deleting (per-cluster operation lock), being deleted;
 * submit -> Running: row ``created_at`` to the first poll (every 0.1 s) that sees status Running.
 
-The former --guard-reservation-race option (a monkeypatch of ``Reservations.capacity``) is gone:
-Falcon itself now counts its own reservation pools still being created when it reads a
-reservation's room (``falcon.services.acquisition._reservation``), so concurrent creates from two
-queues of one cluster no longer overrun the reservation.
+Time is compressed (one emulated second stands for --compression real seconds); GKE's times are
+compressed with it, Falcon's own step times (a tick, a flow run's steps, a release) are not, so every
+second Falcon spends is inflated by the factor in the real-terms figures. The report therefore gives
+the idle node-time spent in Falcon's own steps in wall seconds too.
 
-Run: .venv/bin/python benchmarks/bench_pool_economics.py [--tasks 60 --seed 7]
-(about 9-10 minutes on 2 cores for the default 60 tasks)
+Per shape, the report gives each seed's table, then the mean and range over the seeds and the
+issue's goal checks (PASS/MISS, with the numbers); --json writes all of it for the README's tables.
+
+Run: .venv/bin/python benchmarks/bench_pool_economics.py --shapes bursty,trickle,daily --seeds 1,2,3
+(about 30 minutes on an idle 2-core machine; develop with e.g. --tasks 12 --seeds 1 --shapes trickle)
 """
 
 from __future__ import annotations
@@ -43,7 +51,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import logging
+import math
 import os
 import statistics
 import sys
@@ -63,8 +73,9 @@ os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 import httpx  # noqa: E402
+from pool_optimum import Plan, Queue, QueuedTask, optimum  # noqa: E402
 from sqlalchemy.exc import SQLAlchemyError  # noqa: E402
-from workload import TPU_TYPE, SyntheticTask, WorkloadParams, generate, summary  # noqa: E402
+from workload import SHAPES, TPU_TYPE, SyntheticTask, WorkloadParams, gap_variation, generate, summary  # noqa: E402
 
 from falcon.adapters.clock import utc_now  # noqa: E402
 from falcon.adapters.db import repository as repo  # noqa: E402
@@ -73,6 +84,7 @@ from falcon.adapters.db.session import session_scope  # noqa: E402
 from falcon.bootstrap import build_services, serving  # noqa: E402
 from falcon.domain.lifecycle import PoolState  # noqa: E402
 from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, node_pool_name_for  # noqa: E402
+from falcon.domain.pool_economics import DeleteEachPolicy, KeepAllPolicy, KeepPolicy  # noqa: E402
 from falcon.domain.status import TERMINAL, Status  # noqa: E402
 from falcon.services.context import Services  # noqa: E402
 from falcon.services.dispatching import Dispatcher  # noqa: E402
@@ -90,14 +102,13 @@ POD_START_SECONDS = 0.3
 FLEX_DELAY_SECONDS = 2.0
 FALCON_POLL_SECONDS = 0.2  # production 2 s; cannot shrink by the full factor without burning CPU
 FALCON_RECONCILE_SECONDS = 0.3  # production 2 s
-REAL_KEPT_POOL_GRACE = 120  # Falcon's default, real seconds
-FOREVER = 10**9  # seconds: "never" for the keep-all arm's kept-pool grace
+REAL_CREATION_PRIOR = 300.0  # Falcon's assumed creation until it observed some (production default)
 
-RESERVATIONS = {"a": 8, "b": 4}
-RESERVATION, FLEX_START = (
-    ProvisioningMode.RESERVATION,
-    ProvisioningMode.FLEX_START,
-)  # nodes of ct6e-standard-4t reserved per cluster's project
+RESERVATIONS = {"a": 8, "b": 4}  # nodes of ct6e-standard-4t reserved per cluster's project
+RESERVATION, FLEX_START = ProvisioningMode.RESERVATION, ProvisioningMode.FLEX_START
+# Emulated seconds a creation holds the slice's nodes, per mode, as the poll counts provisioning:
+# the create operation, and for flex-start the scale-up that follows.
+CREATION_SECONDS = {RESERVATION: PROVISION_SECONDS, FLEX_START: PROVISION_SECONDS + FLEX_DELAY_SECONDS}
 
 
 def emulator_config() -> dict[str, object]:
@@ -154,19 +165,27 @@ def clusters(arm: str) -> list[Cluster]:
 class Arm:
     name: str
     label: str
-    # Services.keep_pool for the arm, from (tasks waiting in the queue, pools already kept for it);
-    # None = Falcon's own rule (falcon.domain.scheduling.keep_pool_after_task).
-    keep_policy: Callable[[int, int], bool] | None
-    kept_pool_grace_seconds: int
+    keep_policy: KeepPolicy | None  # Services.keep_policy for the arm; None = Falcon's own (CostPolicy)
+    creation_prior_seconds: float  # FALCON_POOL_CREATION_PRIOR_SECONDS, compressed like GKE's times
     keeps_idle_pools: bool  # an idle pool at the end is expected (and not waited for)
 
 
+ARM_NAMES = ("falcon", "delete-each", "keep-all")
+
+
 def arms(compression: float) -> list[Arm]:
-    grace = max(1, round(REAL_KEPT_POOL_GRACE / compression))  # the setting is whole seconds
+    prior = REAL_CREATION_PRIOR / compression
+    falcon = "Falcon (CostPolicy: keep while the expected wait costs less than a creation)"
     return [
-        Arm("falcon", "Falcon (keep iff a same-queue task waits)", None, grace, False),
-        Arm("delete-each", "baseline 1: create+delete per task", lambda *_: False, grace, False),
-        Arm("keep-all", "baseline 2: keep every pool forever", lambda *_: True, FOREVER, True),
+        Arm("falcon", falcon, None, prior, False),
+        Arm(
+            "delete-each",
+            "baseline 1: create+delete per task (DeleteEachPolicy)",
+            DeleteEachPolicy(),
+            prior,
+            False,
+        ),
+        Arm("keep-all", "baseline 2: keep every pool forever (KeepAllPolicy)", KeepAllPolicy(), prior, True),
     ]
 
 
@@ -322,7 +341,8 @@ class Monitor(threading.Thread):
         name = str(pool["name"])
         if name not in self.slice_nodes:
             self.unknown_pools.add(name)
-            return max(1, int(pool["nodeCount"]))  # type: ignore[call-overload]
+            count = pool["nodeCount"]
+            return max(1, count if isinstance(count, int) else 1)
         return self.slice_nodes[name]
 
 
@@ -352,6 +372,7 @@ class ArmResult:
     peak_nodes: int = 0
     unknown_pools: int = 0
     kept_spells: list[tuple[float, PoolState]] = field(default_factory=list)
+    placements: dict[str, tuple[str, ProvisioningMode]] = field(default_factory=dict)  # task -> cluster, mode
 
 
 def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Path) -> ArmResult:
@@ -369,7 +390,7 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
             FALCON_EMULATOR_URL=emulator.url,
             FALCON_POLL_SECONDS=str(FALCON_POLL_SECONDS),
             FALCON_RECONCILE_SECONDS=str(FALCON_RECONCILE_SECONDS),
-            FALCON_KEPT_POOL_GRACE_SECONDS=str(arm.kept_pool_grace_seconds),
+            FALCON_POOL_CREATION_PRIOR_SECONDS=str(arm.creation_prior_seconds),
             FALCON_MESSAGE_LOCALE="en",
         )
         get_settings.cache_clear()
@@ -377,7 +398,7 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
         launcher = InProcessLauncher()  # Falcon's flows.lifecycle task_lifecycle and task_release
         services = build_services(settings, launcher)
         if arm.keep_policy is not None:
-            services = dataclasses.replace(services, keep_pool=arm.keep_policy)
+            services = dataclasses.replace(services, keep_policy=arm.keep_policy)
         arm_wiring.enter_context(serving(services))  # the arm's flows run on these services too
         with session_scope(db_url) as s:
             for cluster in clusters(arm.name):
@@ -427,6 +448,15 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
             rows_by_id = {t.id: t for t in repo.list_tasks(s, 10_000)}
             all_pools = repo.pools_in(s, list(ALL_POOL_STATES))
         result.pools_by_mode = Counter(p.mode for p in all_pools)
+        mode_of = {(p.cluster_id, p.name): p.mode for p in all_pools}
+        result.placements = {
+            t.id: (t.cluster_id, mode_of[(t.cluster_id, t.node_pool_name)])
+            for t in rows_by_id.values()
+            if t.id in running_at
+            and t.cluster_id
+            and t.node_pool_name
+            and (t.cluster_id, t.node_pool_name) in mode_of
+        }
         topology = {t.task_id: t.topology for t in tasks}
         for task_id, row in rows_by_id.items():
             result.statuses[row.status.value] += 1
@@ -599,23 +629,302 @@ def report(results: list[ArmResult], tasks: list[SyntheticTask], compression: fl
     return "\n".join(lines)
 
 
+# --- the optimum, the tables and the goals ------------------------------------------------------
+
+
+def offline_optimum(tasks: list[SyntheticTask], placements: dict[str, tuple[str, ProvisioningMode]]) -> Plan:
+    """The optimum (emulated node-seconds) of the tasks that ran, on the clusters and in the modes of
+    the replay; a task runs its containers' time plus its pod's start, as the poll counts busy."""
+    queues: dict[tuple[str, str], list[QueuedTask]] = {}
+    nodes: dict[tuple[str, str], int] = {}
+    for t in tasks:
+        if t.task_id not in placements:
+            continue
+        cluster_id, mode = placements[t.task_id]
+        key = (cluster_id, t.topology)
+        run = t.run_seconds + POD_START_SECONDS
+        queues.setdefault(key, []).append(QueuedTask(t.arrival, run, CREATION_SECONDS[mode]))
+        nodes[key] = t.nodes
+    return optimum(Queue(nodes[key], PROVISION_SECONDS, queued) for key, queued in queues.items())
+
+
+def arm_metrics(r: ArmResult, compression: float) -> dict[str, float]:
+    """The figures of one arm's run, node-hours and minutes in real terms."""
+    ns = r.node_seconds
+    return {
+        "tasks": sum(r.statuses.values()),
+        "succeeded": r.statuses["Succeeded"],
+        "created": r.pools_created,
+        "created_reservation": r.pools_by_mode[RESERVATION],
+        "created_flex": r.pools_by_mode[FLEX_START],
+        "reused": r.reused,
+        "busy_h": ns.busy * compression / 3600,
+        "idle_h": ns.idle * compression / 3600,
+        "provisioning_h": ns.provisioning * compression / 3600,
+        "total_h": ns.total * compression / 3600,
+        "to_running_mean_min": (statistics.fmean(r.to_running) if r.to_running else math.nan)
+        * compression
+        / 60,
+        "to_running_p90_min": percentile(r.to_running, 0.9) * compression / 60,
+        "pools_left": r.pools_left,
+        # Node-time idle in Falcon's own steps (pool held before its pod is on it, Job ended before
+        # the release deleted it), in wall (= emulated) seconds: these steps are not compressed.
+        "falcon_steps_idle_node_s": ns.no_pod_yet + ns.ended,
+        "falcon_steps_idle_h": (ns.no_pod_yet + ns.ended) * compression / 3600,
+        "wall_s": r.wall_seconds,
+    }
+
+
+def optimum_metrics(plan: Plan, compression: float) -> dict[str, float]:
+    return {
+        "tasks": plan.tasks,
+        "succeeded": plan.tasks,
+        "created": plan.creations,
+        "reused": plan.avoided,
+        "busy_h": plan.busy * compression / 3600,
+        "idle_h": plan.idle * compression / 3600,
+        "provisioning_h": plan.provisioning * compression / 3600,
+        "total_h": plan.total * compression / 3600,
+    }
+
+
+def table(rows: dict[str, dict[str, float]]) -> str:
+    """One row per arm and the optimum."""
+    head = (
+        f"{'':12}{'Succeeded':>10}{'created (res/flex)':>20}{'reused':>8}"
+        f"{'node-h busy':>12}{'idle':>7}{'prov':>7}{'total':>8}{'->Running mean':>16}{'p90':>7}"
+    )
+    lines = [head]
+    for name, m in rows.items():
+        split = f" ({m['created_reservation']:.0f}/{m['created_flex']:.0f})" if "created_flex" in m else ""
+        running = (
+            f"{m['to_running_mean_min']:>12.1f} min{m['to_running_p90_min']:>7.1f}"
+            if "to_running_mean_min" in m
+            else f"{'-':>16}{'-':>7}"
+        )
+        lines.append(
+            f"{name:12}{m['succeeded']:>4.0f} / {m['tasks']:<3.0f}"
+            f"{m['created']:>12.0f}{split:<8}{m['reused']:>8.0f}"
+            f"{m['busy_h']:>12.1f}{m['idle_h']:>7.1f}{m['provisioning_h']:>7.1f}{m['total_h']:>8.1f}{running}"
+        )
+    return "\n".join(lines)
+
+
+def falcon_steps(rows: dict[str, dict[str, float]]) -> str:
+    """Falcon's own step times are not compressed: their idle node-time, in wall and in real terms."""
+    parts = [
+        f"{name} {m['falcon_steps_idle_node_s']:.1f} node-s wall = {m['falcon_steps_idle_h']:.1f} node-h real"
+        for name, m in rows.items()
+        if "falcon_steps_idle_node_s" in m
+    ]
+    return "  idle in Falcon's own steps (held before the pod, Job ended before release): " + "; ".join(parts)
+
+
+def spread(runs: list[dict[str, dict[str, float]]], row: str, key: str) -> str:
+    values = [run[row][key] for run in runs if row in run and key in run[row]]
+    if not values:
+        return "-"
+    return f"{statistics.fmean(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+
+
+SUMMARY_KEYS = (
+    ("total_h", "node-h total"),
+    ("idle_h", "node-h idle"),
+    ("provisioning_h", "node-h prov"),
+    ("created", "pools created"),
+    ("reused", "tasks reused"),
+    ("to_running_mean_min", "->Running mean min"),
+    ("to_running_p90_min", "->Running p90 min"),
+    ("falcon_steps_idle_h", "node-h Falcon steps"),
+)
+
+
+def shape_summary(runs: list[dict[str, dict[str, float]]]) -> str:
+    """Mean (min-max) over the seeds, per arm and the optimum."""
+    names = list(runs[0])
+    lines = [f"{'':20}" + "".join(f"{n:>24}" for n in names)]
+    for key, label in SUMMARY_KEYS:
+        lines.append(f"{label:20}" + "".join(f"{spread(runs, n, key):>24}" for n in names))
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Goal:
+    name: str
+    met: bool
+    detail: str
+
+
+def goals(runs: list[dict[str, dict[str, float]]]) -> list[Goal]:
+    """The issue's goals, from the seeds' tables of one shape (each needs the falcon arm, and the
+    rows it compares with)."""
+    found: list[Goal] = []
+
+    def have(*rows: str) -> list[dict[str, dict[str, float]]]:
+        return [run for run in runs if all(r in run for r in rows)]
+
+    if seeds := have("falcon", "delete-each", "keep-all"):
+        pairs = [
+            (run["falcon"]["total_h"], min(run["delete-each"]["total_h"], run["keep-all"]["total_h"]))
+            for run in seeds
+        ]
+        found.append(
+            Goal(
+                "Falcon's node-hours <= the better baseline's on every seed",
+                all(f <= b for f, b in pairs),
+                ", ".join(f"{f:.1f} vs {b:.1f}" for f, b in pairs),
+            )
+        )
+    if seeds := have("falcon", "optimum"):
+        excess = [run["falcon"]["total_h"] / run["optimum"]["total_h"] - 1 for run in seeds]
+        found.append(
+            Goal(
+                "Falcon's node-hours within 15 % of the optimum on average",
+                statistics.fmean(excess) <= 0.15,
+                f"mean {statistics.fmean(excess):+.1%} (" + ", ".join(f"{e:+.1%}" for e in excess) + ")",
+            )
+        )
+        avoided = sum(run["falcon"]["tasks"] - run["falcon"]["created"] for run in seeds)
+        best = sum(run["optimum"]["reused"] for run in seeds)
+        found.append(
+            Goal(
+                ">= 90 % of the creations the optimum avoids are avoided by Falcon",
+                avoided >= 0.9 * best,
+                f"{avoided:.0f} of {best:.0f} over the seeds"
+                + (f" ({avoided / best:.0%})" if best else " (the optimum avoids none)"),
+            )
+        )
+    if seeds := have("falcon", "keep-all"):
+        for key, label in (("to_running_mean_min", "mean"), ("to_running_p90_min", "p90")):
+            falcon = statistics.fmean(run["falcon"][key] for run in seeds)
+            keep_all = statistics.fmean(run["keep-all"][key] for run in seeds)
+            found.append(
+                Goal(
+                    f"Falcon's {label} submit->Running within +10 % of keep-all's",
+                    falcon <= 1.1 * keep_all,
+                    f"{falcon:.1f} vs {keep_all:.1f} min ({falcon / keep_all - 1:+.0%}), mean over the seeds",
+                )
+            )
+    return found
+
+
+def workload_facts(params: WorkloadParams, tasks: list[SyntheticTask]) -> dict[str, object]:
+    runs = [t.run_seconds for t in tasks]
+    return {
+        "params": params.describe(),
+        "arrival_process": params.arrival_process(),
+        "gap_cv": gap_variation(tasks),
+        "topologies": dict(Counter(t.topology for t in tasks)),
+        "run_seconds_median": statistics.median(runs) if runs else math.nan,
+        "run_seconds_p90": percentile(runs, 0.9),
+        "work": summary(tasks),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--tasks", type=int, default=60)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--span", type=float, default=90.0, help="emulated seconds of arrivals")
+    parser.add_argument("--tasks", type=int, default=24)
+    parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--span", type=float, default=32.0, help="emulated seconds of arrivals")
+    parser.add_argument("--run-max", type=float, default=20.0, help="longest run, emulated seconds")
     parser.add_argument("--compression", type=float, default=DEFAULT_COMPRESSION)
     parser.add_argument("--sample", type=float, default=0.2, help="emulator poll interval, seconds")
-    parser.add_argument("--arms", default="falcon,delete-each,keep-all")
+    parser.add_argument("--arms", default=",".join(ARM_NAMES))
+    parser.add_argument("--json", type=Path, help="write every table, summary and goal here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
-    params = WorkloadParams(tasks=args.tasks, seed=args.seed, span_seconds=args.span)
-    tasks = generate(params)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    shapes = args.shapes.split(",")
     chosen = [a for a in arms(args.compression) if a.name in args.arms.split(",")]
     c = args.compression
-    print(f"workload: {params.describe()}")
-    print(f"  {summary(tasks)}")
+    print_setup(c, args.sample)
+
+    from prefect.testing.utilities import prefect_test_harness
+
+    out: dict[str, object] = {"setup": setup(c, args.sample), "shapes": {}}
+    errors = ErrorLog()
+    prefect_logger = logging.getLogger("prefect")
+    with prefect_test_harness(server_startup_timeout=120), tempfile.TemporaryDirectory() as tmp:
+        prefect_logger.addHandler(errors)
+        prefect_logger.propagate = False  # failed runs are summarised in the report, not dumped
+        for shape in shapes:
+            runs: list[dict[str, dict[str, float]]] = []
+            shape_out: dict[str, object] = {"seeds": {}}
+            for seed in seeds:
+                params = WorkloadParams(
+                    shape=shape,
+                    tasks=args.tasks,
+                    seed=seed,
+                    span_seconds=args.span,
+                    run_clip_seconds=(WorkloadParams.run_clip_seconds[0], args.run_max),
+                )
+                tasks = generate(params)
+                facts = workload_facts(params, tasks)
+                print(f"\n=== {params.describe()}", flush=True)
+                print(f"  burstiness (CV of inter-arrival gaps) {facts['gap_cv']:.2f}; {facts['work']}")
+                results = []
+                for arm in chosen:
+                    work = Path(tmp) / f"{shape}-{seed}-{arm.name}"
+                    work.mkdir()
+                    result = replay(arm, tasks, args.sample, work)
+                    result.errors = errors.take()
+                    print(
+                        f"  {arm.name} done in {result.wall_seconds:.0f} s: {dict(result.statuses)}",
+                        flush=True,
+                    )
+                    results.append(result)
+                rows = {r.arm.name: arm_metrics(r, c) for r in results}
+                if results:
+                    basis = next((r for r in results if r.arm.name == "falcon"), results[0])
+                    rows["optimum"] = optimum_metrics(offline_optimum(tasks, basis.placements), c)
+                    print(
+                        f"  (the optimum takes the clusters and modes of the {basis.arm.name} arm's replay)"
+                    )
+                print(table(rows))
+                print(falcon_steps(rows))
+                print(report(results, tasks, c))
+                runs.append(rows)
+                shape_out["seeds"][str(seed)] = {"workload": facts, "rows": rows}  # type: ignore[index]
+            if not runs:
+                continue
+            checks = goals(runs)
+            print(f"\n=== {shape}: mean (min-max) over seeds {args.seeds}")
+            print(shape_summary(runs))
+            for g in checks:
+                print(f"  {'PASS' if g.met else 'MISS'}  {g.name}: {g.detail}")
+            shape_out["summary"] = {
+                row: {
+                    key: [run[row][key] for run in runs if row in run and key in run[row]]
+                    for key, _ in SUMMARY_KEYS
+                }
+                for row in runs[0]
+            }
+            shape_out["goals"] = [dataclasses.asdict(g) for g in checks]
+            out["shapes"][shape] = shape_out  # type: ignore[index]
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2, default=str))
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+def setup(compression: float, sample: float) -> dict[str, object]:
+    return {
+        "compression": compression,
+        "node_pool_create_s": PROVISION_SECONDS,
+        "node_pool_delete_s": PROVISION_SECONDS,
+        "flex_scale_up_s": FLEX_DELAY_SECONDS,
+        "pod_start_s": POD_START_SECONDS,
+        "falcon_poll_s": FALCON_POLL_SECONDS,
+        "falcon_reconcile_s": FALCON_RECONCILE_SECONDS,
+        "falcon_creation_prior_s": REAL_CREATION_PRIOR / compression,
+        "reservation_nodes": RESERVATIONS,
+        "sample_s": sample,
+    }
+
+
+def print_setup(c: float, sample: float) -> None:
     print(
         f"time compression: 1 emulated s = {c:g} real s. Emulator: node-pool create {PROVISION_SECONDS} s "
         f"(= {PROVISION_SECONDS * c / 60:.0f} min), delete {PROVISION_SECONDS} s, flex-start scale-up "
@@ -623,40 +932,20 @@ def main(argv: list[str] | None = None) -> int:
         f"one node-pool operation per cluster at a time."
     )
     print(
-        f"  Falcon: poll {FALCON_POLL_SECONDS} s, reconcile {FALCON_RECONCILE_SECONDS} s "
+        f"  Falcon (not compressed): poll {FALCON_POLL_SECONDS} s, reconcile {FALCON_RECONCILE_SECONDS} s "
         f"(production 2 s each, i.e. these are {FALCON_POLL_SECONDS * c:.0f} s / "
-        f"{FALCON_RECONCILE_SECONDS * c:.0f} s in real terms), kept-pool grace "
-        f"{chosen[0].kept_pool_grace_seconds if chosen else '-'} s (default {REAL_KEPT_POOL_GRACE} s real)."
+        f"{FALCON_RECONCILE_SECONDS * c:.0f} s in real terms); its creation prior "
+        f"{REAL_CREATION_PRIOR / c:g} s (production {REAL_CREATION_PRIOR:g} s)."
     )
     print(
         f"  clusters: edge-a (reservation {RESERVATIONS['a']} nodes), edge-b (reservation "
-        f"{RESERVATIONS['b']} nodes), both v6e with flex-start; node-seconds polled every {args.sample} s."
+        f"{RESERVATIONS['b']} nodes), both v6e with flex-start; node-seconds polled every {sample} s."
     )
     print(
-        "  baselines are Falcon with its keep-or-delete policy injected (Services.keep_pool; "
-        "delete-each: always delete; keep-all: always keep, FALCON_KEPT_POOL_GRACE_SECONDS=1e9)."
+        "  baselines are Falcon with Services.keep_policy replaced (DeleteEachPolicy, KeepAllPolicy); "
+        "the optimum is benchmarks/pool_optimum.py on the falcon arm's clusters and modes."
     )
     sys.stdout.flush()
-
-    from prefect.testing.utilities import prefect_test_harness
-
-    results = []
-    errors = ErrorLog()
-    prefect_logger = logging.getLogger("prefect")
-    with prefect_test_harness(server_startup_timeout=120), tempfile.TemporaryDirectory() as tmp:
-        prefect_logger.addHandler(errors)
-        prefect_logger.propagate = False  # failed runs are summarised in the report, not dumped
-        for arm in chosen:
-            print(f"running arm {arm.name} ...", flush=True)
-            work = Path(tmp) / arm.name
-            work.mkdir()
-            result = replay(arm, tasks, args.sample, work)
-            result.errors = errors.take()
-            print(f"  done in {result.wall_seconds:.0f} s: {dict(result.statuses)}", flush=True)
-            results.append(result)
-    print()
-    print(report(results, tasks, c))
-    return 0
 
 
 if __name__ == "__main__":
