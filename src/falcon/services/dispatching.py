@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 # this long before the slot is reset: a lifecycle run releases its lease a moment after it
 # records Running, and that moment must never be mistaken for a leak.
 LEAK_CONFIRM_SECONDS = 5.0
+FIRST_ORPHAN_SCAN_AFTER = 30.0  # seconds after the dispatcher starts
 UNREACHABLE_AFTER = 3  # probes failed in a row (one per reconcile round) before a cluster is held
 
 
@@ -76,7 +77,12 @@ class Dispatcher:
         settings = services.settings
         self._refresh = Every(settings.queue_refresh_seconds)
         self._reconcile_timer = Every(settings.reconcile_seconds)
-        self._orphan_scan = Every(settings.orphan_scan_seconds)
+        # The first scan comes a little after start: it builds every cluster's clients, and the
+        # first ticks are those a restart's backlog of new rows waits on.
+        period = settings.orphan_scan_seconds
+        self._orphan_scan = Every(
+            period, last=services.clock.monotonic() - period + min(period, FIRST_ORPHAN_SCAN_AFTER)
+        )
         self._held_since: dict[QueueKey, float] = {}
         self._failed_probes: dict[str, int] = {}  # cluster id -> probes failed in a row
         self._unreachable: dict[str, str] = {}  # cluster id -> the Message its waiting tasks show

@@ -45,6 +45,7 @@ class QueueBook:
     written: dict[str, str | None] = field(default_factory=dict)
     dirty: set[QueueKey] = field(default_factory=set)
     loaded: bool = False
+    limits: set[QueueKey] = field(default_factory=set)  # slots made sure of by this dispatcher
 
     def load(self, rows: Iterable[WaitingRow], last_actors: Mapping[QueueKey, str]) -> None:
         self.waiting.clear()
@@ -54,6 +55,7 @@ class QueueBook:
             self.written[row.task.task_id] = row.message
         self.last_actor = dict(last_actors)
         self.dirty = set(self.waiting)
+        self.limits.clear()  # made sure of again: a failed tick (a limit deleted) reloads the book
         self.loaded = True
 
     def add(self, queue: QueueKey, task: WaitingTask) -> None:
@@ -107,10 +109,16 @@ def schedule(
     held: Mapping[str, str] | None = None,
 ) -> ScheduleResult:
     """Pick and claim the next task of every free queue, then rewrite the Messages that changed.
-    ``held`` maps the clusters that cannot be reached to the Message their waiting tasks show."""
-    result = ScheduleResult()
+    ``held`` maps the clusters that cannot be reached to the Message their waiting tasks show.
+
+    New tasks get their position before any slot is asked for: a slot is a Prefect API call,
+    which a busy Prefect server can make last seconds, and the rows inserted meanwhile must not
+    wait for it. A queue whose task is picked then has its positions written again."""
+    result = ScheduleResult(messages_written=_refresh_messages(store, book, say, now, held or {}))
     for queue, task in choose(book, acquiring, held):
-        slots.ensure_limit(queue.slot_name)
+        if queue not in book.limits:
+            slots.ensure_limit(queue.slot_name)
+            book.limits.add(queue)
         lease_id = slots.try_acquire(queue.slot_name, lease_seconds)
         if lease_id is None:
             result.slot_held.append(queue)
@@ -130,7 +138,7 @@ def schedule(
         result.picks.append(Pick(task.task_id, queue, lease_id, attempt))
         book.last_actor[queue] = task.actor
     book.remove(p.task_id for p in result.picks)
-    result.messages_written = _refresh_messages(store, book, say, now, held or {})
+    result.messages_written += _refresh_messages(store, book, say, now, held or {})
     return result
 
 
