@@ -14,7 +14,15 @@ from falcon.services.acquisition import provision
 from falcon.services.context import Services, load_view
 from falcon.services.release import delete_job
 from falcon_emulator.server import EmulatorServer
-from tests.integration.harness import CLUSTER, Driver, db, emulator_counters, inject_fault, submit
+from tests.integration.harness import (
+    CLUSTER,
+    Driver,
+    db,
+    emulator_counters,
+    inject_fault,
+    seldom_used,
+    submit,
+)
 from tests.integration.launcher import InProcessLauncher
 
 
@@ -105,6 +113,7 @@ class DyingFirstRelease(InProcessLauncher):
 def test_a_release_run_that_dies_mid_deletion_is_restarted_and_asks_gke_once(
     services: Services, db_url: str, emulator: EmulatorServer
 ) -> None:
+    seldom_used(services)  # a queue used about once an hour: its pool goes at release
     launcher = DyingFirstRelease(services, emulator)
     driver = Driver(services, launcher)
     submit(db_url, "t-rel", "alice", "2x2")

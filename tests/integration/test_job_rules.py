@@ -39,7 +39,7 @@ from falcon.services.reconcile import delete_orphan_services
 from falcon.settings import get_settings
 from falcon_emulator.config import EmulatorConfig
 from falcon_emulator.server import EmulatorServer
-from tests.integration.harness import CLUSTER, EMULATOR, Driver, db, inject_fault, request_abort
+from tests.integration.harness import CLUSTER, EMULATOR, Driver, db, inject_fault, request_abort, seldom_used
 from tests.integration.launcher import InProcessLauncher
 
 # The cluster's log bucket exists, but no Kubernetes ServiceAccount may write to it.
@@ -254,6 +254,7 @@ class RunningOnceSubmitted(InProcessLauncher):
 def test_a_running_task_whose_pods_cannot_start_is_ended_by_the_dispatcher(
     services: Services, db_url: str, emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    seldom_used(services)  # a queue used about once an hour: its pool goes at release
     services = with_settings(services, monkeypatch, JOB_SERVICE_ACCOUNT="no-such-ksa")
     dispatcher = Driver(services, RunningOnceSubmitted(services))
     submit_untimed(db_url, "t-late", "alice", "2x2")
