@@ -1,0 +1,144 @@
+"""What bench_scale.py measures beside the job table: the dispatcher's tick histogram from its
+``/metrics`` page, and the memory and CPU time of process trees.
+
+The histogram is cumulative since the dispatcher's process started, so a window's distribution is
+the difference of two scrapes; its quantiles are interpolated linearly inside the bucket that holds
+them, as Prometheus' ``histogram_quantile`` does, and are only as fine as that bucket: the bucket's
+bounds are reported with each quantile.
+
+Memory: PSS (proportional set size: a page shared by n processes counts 1/n in each) where the
+kernel reports it, so forked flow-run processes sharing their parent's pages are not counted twice;
+RSS beside it (shared pages counted in every process that maps them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import psutil
+from prometheus_client.parser import text_string_to_metric_families
+
+TICK_METRIC = "falcon_dispatcher_tick_seconds"
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """One labelled series of a Prometheus histogram: cumulative counts per upper bound."""
+
+    buckets: tuple[tuple[float, float], ...]  # (le, cumulative count), ascending le, ends with +Inf
+    count: float
+    total: float
+
+    def since(self, earlier: Histogram | None) -> Histogram:
+        """The observations made between ``earlier`` and this scrape. Fewer observations now than
+        then means the dispatcher's process was replaced in between: its new one counts from zero."""
+        if earlier is None or earlier.count > self.count:
+            return self
+        before = dict(earlier.buckets)
+        return Histogram(
+            tuple((le, n - before.get(le, 0.0)) for le, n in self.buckets),
+            self.count - earlier.count,
+            self.total - earlier.total,
+        )
+
+
+@dataclass(frozen=True)
+class Quantile:
+    value: float  # seconds, interpolated inside its bucket
+    lower: float  # the bucket's bounds: the value is known only to lie between them
+    upper: float
+
+
+@dataclass
+class _Series:
+    buckets: list[tuple[float, float]] = field(default_factory=list)
+    count: float = 0.0
+    total: float = 0.0
+
+
+def histograms(text: str, metric: str, label: str) -> dict[str, Histogram]:
+    """Each series of the histogram ``metric`` in a Prometheus text page, keyed by ``label``'s value."""
+    series: dict[str, _Series] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != metric or family.type != "histogram":
+            continue
+        for sample in family.samples:
+            key = sample.labels.get(label)
+            if key is None:
+                continue
+            one = series.setdefault(key, _Series())
+            if sample.name.endswith("_bucket"):
+                one.buckets.append((float(sample.labels["le"]), sample.value))
+            elif sample.name.endswith("_count"):
+                one.count = sample.value
+            elif sample.name.endswith("_sum"):
+                one.total = sample.value
+    return {key: Histogram(tuple(sorted(one.buckets)), one.count, one.total) for key, one in series.items()}
+
+
+def quantile(histogram: Histogram, q: float) -> Quantile | None:
+    """The q-quantile (0 < q < 1), None without observations. One in the +Inf bucket is reported as
+    the highest finite bound (its true value is only known to be above it)."""
+    if histogram.count <= 0:
+        return None
+    rank = q * histogram.count
+    lower, below = 0.0, 0.0
+    for le, cumulative in histogram.buckets:
+        if cumulative >= rank:
+            if math.isinf(le):
+                return Quantile(lower, lower, le)
+            inside = cumulative - below
+            fraction = (rank - below) / inside if inside > 0 else 1.0
+            return Quantile(lower + (le - lower) * fraction, lower, le)
+        lower, below = le, cumulative
+    return Quantile(lower, lower, math.inf)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """The memory of a set of processes at one moment, in bytes (``pss`` None where the kernel does
+    not report it), and the CPU time they have used so far (a process that exited takes its own out)."""
+
+    pss: int | None
+    rss: int
+    cpu_seconds: float
+    processes: int
+
+
+def tree(root: int) -> list[psutil.Process]:
+    """A process and all its descendants (those started in sessions of their own included)."""
+    try:
+        parent = psutil.Process(root)
+        return [parent, *parent.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def usage(processes: Iterable[psutil.Process]) -> Usage:
+    """PSS, RSS and CPU time summed over ``processes``; one that exited meanwhile is left out."""
+    pss: int | None = 0
+    rss = count = 0
+    cpu = 0.0
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            info = process.memory_full_info()
+            times = process.cpu_times()
+            rss += info.rss
+            pss = pss + info.pss if pss is not None and hasattr(info, "pss") else None
+            cpu += times.user + times.system
+            count += 1
+    return Usage(pss, rss, cpu, count)
+
+
+def find_process(*fragments: str) -> psutil.Process | None:
+    """The oldest process whose command line contains every fragment (a server we started but
+    whose handle a context manager keeps to itself)."""
+    found = [
+        p
+        for p in psutil.process_iter(["cmdline", "create_time"])
+        if all(any(f in arg for arg in p.info["cmdline"] or ()) for f in fragments)
+    ]
+    return min(found, key=lambda p: p.info["create_time"]) if found else None
