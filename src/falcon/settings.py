@@ -54,7 +54,7 @@ class Settings(BaseSettings):
 
     # -- dispatcher loop
     tick_seconds: float = Field(default=0.5, gt=0, description="how often the dispatcher polls the job table")
-    reconcile_seconds: float = Field(default=2.0, gt=0, description="how often running Jobs are listed")
+    reconcile_seconds: float = Field(default=1.0, gt=0, description="how often running Jobs are listed")
     dispatcher_run_seconds: float = Field(
         default=3540.0,
         gt=0,

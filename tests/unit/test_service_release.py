@@ -163,7 +163,7 @@ def test_deletion_refusals_are_retried_with_doubling_waits_up_to_a_cap(svc: Serv
     succeed(svc)
     svc.node_pools.fail_delete(TemporaryError("503 backend error"), times=7)
     assert release(svc, "t1").message == ""
-    assert svc.clock.sleeps[:7] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert svc.clock.sleeps[:7] == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0, 10.0]
     assert svc.store.pool("c1", POOL).state is PoolState.DELETED
 
 

@@ -27,7 +27,7 @@ from falcon.domain.topology import resolve_shape
 from falcon.domain.warm_pools import WarmTarget, schedulable, warm_keeps, warm_target
 from falcon.services.context import Services
 
-MAX_DELETE_RETRY_WAIT = 30.0  # seconds: the longest wait between deletion attempts GKE refused
+MAX_DELETE_RETRY_WAIT = 10.0  # seconds: the longest wait between deletion attempts GKE refused
 # The keeping policy weighs the newest of these (CostPolicy looks at up to 64 gaps, 16 creations).
 OBSERVED_GAPS = 64
 OBSERVED_CREATIONS = 32
