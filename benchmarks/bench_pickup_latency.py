@@ -29,12 +29,11 @@ import argparse
 import random
 import re
 import statistics
-import sys
 import time
 from collections.abc import Hashable
 
 import sqlalchemy as sa
-from local_stack import POLL_SECONDS, Poller, Seen, insert, local_stack, percentile, stop_on_sigterm, wait_for
+from local_stack import POLL_SECONDS, Poller, Seen, insert, local_stack, percentile, run_main, wait_for
 
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.orm import JobRow
@@ -153,7 +152,6 @@ def main() -> int:
         "--keep-home", action="store_true", help="keep the temporary FALCON_HOME for its logs"
     )
     args = parser.parse_args()
-    stop_on_sigterm()
     with local_stack(args.db, "falcon-pickup-", args.keep_home) as stack:
         url, runner = stack.url, stack.runner
         poller = Poller(url, {PICKED: picked_up_query()})
@@ -202,8 +200,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        print("\ninterrupted; stack stopped", file=sys.stderr)
-        sys.exit(130)
+    run_main(main)

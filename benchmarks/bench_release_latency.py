@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import threading
 import time
 from collections.abc import Hashable, Sequence
@@ -56,7 +55,7 @@ from datetime import datetime
 
 import httpx
 import sqlalchemy as sa
-from local_stack import POLL_SECONDS, Poller, Seen, Stack, insert, local_stack, percentile, stop_on_sigterm
+from local_stack import POLL_SECONDS, Poller, Seen, Stack, insert, local_stack, percentile, run_main
 
 from falcon.adapters.db.orm import JobRow, NodePoolRow, TaskProgressRow
 from falcon.adapters.db.session import session_scope
@@ -404,7 +403,6 @@ def main() -> int:
         "--keep-home", action="store_true", help="keep the temporary FALCON_HOME for its logs"
     )
     args = parser.parse_args()
-    stop_on_sigterm()
     with local_stack(args.db, "falcon-release-", args.keep_home) as stack:
         ends: dict[str, float] = {}
         lock = threading.Lock()
@@ -466,8 +464,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        print("\ninterrupted; stack stopped", file=sys.stderr)
-        sys.exit(130)
+    run_main(main)

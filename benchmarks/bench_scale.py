@@ -47,7 +47,6 @@ import itertools
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -60,13 +59,13 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import httpx
 import sqlalchemy as sa
 import yaml
+from local_stack import run_main
 from mysql_server import mariadb
 from scale_metrics import TICK_METRIC, Histogram, Usage, find_process, histograms, quantile, tree, usage
 
@@ -572,10 +571,6 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def _interrupt(signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 @dataclass(frozen=True)
 class Plan:
     shape: Shape
@@ -789,7 +784,6 @@ def log_errors(home: Path) -> dict[str, int]:
 
 def main() -> int:
     args = parse_args()
-    signal.signal(signal.SIGTERM, _interrupt)
     plan = Plan.of(args)
     with scale_stack(args, plan) as stack:
         timeline = Timeline(task_id(args.running))
@@ -836,8 +830,4 @@ def _remove_home(home: Path, keep: bool) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        print("\ninterrupted; stack stopped", file=sys.stderr)
-        sys.exit(130)
+    run_main(main)

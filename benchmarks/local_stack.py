@@ -14,10 +14,11 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,3 +196,14 @@ def stop_on_sigterm() -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, interrupt)
+
+
+def run_main(main: Callable[[], int]) -> None:
+    """Run a benchmark's ``main`` with SIGTERM unwinding like Ctrl-C; exit with its code (130 if
+    interrupted, the stack stopped by the context managers' exits)."""
+    stop_on_sigterm()
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("\ninterrupted; stack stopped", file=sys.stderr)
+        sys.exit(130)
