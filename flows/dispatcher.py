@@ -85,9 +85,7 @@ def runs_in_process(svc: Services) -> Iterator[Services]:
     if settings.runs_in is RunsIn.DEPLOYMENTS:
         yield svc
         return
-    context = FlowRunContext.get()
-    owner = str(context.flow_run.id) if context and context.flow_run else None
-    launcher = ThreadLauncher((task_lifecycle, task_release, warm_pools), settings.run_threads, owner)
+    launcher = ThreadLauncher((task_lifecycle, task_release, warm_pools), settings.run_threads, svc.store)
     try:
         with serving(replace(svc, launcher=launcher, clock=StoppableClock(launcher.stopping))) as served:
             yield served

@@ -410,6 +410,14 @@ def test_queue_observations_are_intake_gaps_and_creation_times_per_mode(
     assert store.queue_observations(Q2, gaps=10, creations=10).arrival_gaps == ()
 
 
+def test_run_owners_beat_and_the_last_beat_is_kept(store: TaskStore) -> None:
+    assert store.last_beat("owner-1") is None
+    store.beat("owner-1", T0)
+    store.beat("owner-1", T1)
+    store.beat("owner-2", T0)
+    assert (store.last_beat("owner-1"), store.last_beat("owner-2")) == (T1, T0)
+
+
 def test_keep_pool_only_from_in_use_with_the_right_holder(store: TaskStore) -> None:
     store.write_ahead_pool(pool("p1"), T0)
     assert not store.keep_pool("c1", "p1", "t1", T1)  # still creating

@@ -95,6 +95,7 @@ class MemoryTaskStore:
         self.pool_created: dict[tuple[str, str], datetime] = {}  # pools_in lists oldest first
         self.pool_ready_at: dict[tuple[str, str], datetime] = {}
         self.queued_at: dict[str, datetime] = {}  # intake time of each task: its queue's arrivals
+        self.beats: dict[str, datetime] = {}  # run owners' heartbeats
         self.cluster_rows: dict[str, Cluster] = {}
         self.rotation: dict[QueueKey, str] = {}
         self.warm: dict[str, WarmRule] = {}  # tidal warm rules by name
@@ -126,6 +127,7 @@ class MemoryTaskStore:
             self.pool_errors,
             self.pool_ready_at,
             self.queued_at,
+            self.beats,
             self.rotation,
             self.warm,
             self.pool_origins,
@@ -569,6 +571,14 @@ class MemoryTaskStore:
                     values["state"] = PoolState.DELETED
                 self._move_pool(queue.cluster_id, own, values, [PoolState.CREATING], task_id)
             return taken
+
+    def beat(self, owner: str, now: datetime) -> None:
+        with self._tx():
+            self.beats[owner] = now
+
+    def last_beat(self, owner: str) -> datetime | None:
+        with self._tx():
+            return self.beats.get(owner)
 
     def queue_observations(self, queue: QueueKey, gaps: int, creations: int) -> QueueObservations:
         with self._tx():

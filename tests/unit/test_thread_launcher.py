@@ -1,20 +1,23 @@
 """ThreadLauncher: flow runs in a bounded pool of this process's threads (FALCON_RUNS_IN=dispatcher).
 
-The flows here are plain functions standing in for the Prefect flows at the edge of the unit;
-what is tested is the launcher's own bookkeeping: one run per (task, attempt), liveness by owner,
-a bound on runs at once, and a cooperative stop through the steps' clock."""
+The flows here are plain functions standing in for the Prefect flows at the edge of the unit, and
+the heartbeats go to the unit tests' in-memory store; what is tested is the launcher's own
+bookkeeping: one run per (task, attempt), liveness by owner and heartbeat, a bound on runs at
+once, and a cooperative stop through the steps' clock."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from tests.unit.fakes import MemoryTaskStore
 
-from falcon.adapters.clock import StoppableClock
-from falcon.adapters.runs import ThreadLauncher
+from falcon.adapters.clock import StoppableClock, utc_now
+from falcon.adapters.runs import OWNER_STALE_SECONDS, ThreadLauncher
 from falcon.domain.lifecycle import RunStopped
 from falcon.domain.model import QueueKey
 
@@ -39,16 +42,18 @@ class Gate:
         return "done"
 
 
-def _launcher(threads: int = 4, flow: Callable[..., Any] | None = None) -> tuple[ThreadLauncher, Gate]:
+def _launcher(
+    threads: int = 4, flow: Callable[..., Any] | None = None, owners: MemoryTaskStore | None = None
+) -> tuple[ThreadLauncher, Gate]:
     gate = Gate()
     run = flow or gate
-    return ThreadLauncher((run, run, run), threads, owner="00000000-0000-4000-8000-000000000001"), gate
+    return ThreadLauncher((run, run, run), threads, owners or MemoryTaskStore()), gate
 
 
 def test_a_run_is_alive_until_its_flow_returns() -> None:
     launcher, gate = _launcher()
     run_id = launcher.start_acquire("t1", "lease-1", 1)
-    assert run_id == "00000000-0000-4000-8000-000000000001/acquire-t1-1"
+    assert run_id == f"{launcher.owner}/acquire-t1-1"
     _wait_for(lambda: len(gate.calls) == 1)
     assert gate.calls == [{"task_id": "t1", "lease_id": "lease-1"}]
     assert launcher.is_alive(run_id)
@@ -108,12 +113,16 @@ def test_stop_ends_runs_at_their_next_wait_and_skips_queued_ones() -> None:
             stopped.append(parameters["task_id"])
             raise
 
-    launcher = ThreadLauncher((waiting_flow, waiting_flow, waiting_flow), 1, owner="o")
+    owners = MemoryTaskStore()
+    launcher = ThreadLauncher((waiting_flow, waiting_flow, waiting_flow), 1, owners)
     holder["launcher"] = launcher
     running = launcher.start_acquire("t1", "", 1)
     queued = launcher.start_acquire("t2", "", 1)
     _wait_for(started.is_set)
     assert launcher.stop(2) == []
+    successor, _ = _launcher(owners=owners)
+    assert not successor.is_alive(running), "all stopped: its owner is gone at once, not 15 s later"
+    successor.stop(1)
     assert stopped == ["t1"], "the queued run never started"
     assert not launcher.is_alive(running) and not launcher.is_alive(queued)
 
@@ -126,8 +135,28 @@ def test_stop_reports_a_run_that_does_not_reach_a_wait_in_time() -> None:
     gate.open.set()
 
 
-@pytest.mark.parametrize("run_id", ["process-1234/acquire-t1-1", "not-a-uuid/release-t1-1"])
-def test_a_run_of_an_owner_outside_any_flow_run_is_not_alive_elsewhere(run_id: str) -> None:
-    launcher, _ = _launcher()
-    assert not launcher.is_alive(run_id)
+def test_another_owners_runs_are_alive_while_it_beats() -> None:
+    owners = MemoryTaskStore()
+    first, _ = _launcher(owners=owners)
+    second, _ = _launcher(owners=owners)
+    assert owners.last_beat(first.owner) is not None, "it beats as soon as it exists"
+    run = f"{first.owner}/acquire-t1-1"
+    assert second.is_alive(run)
+    owners.beat(first.owner, utc_now() - timedelta(seconds=OWNER_STALE_SECONDS + 1))  # it went silent
+    assert not second.is_alive(run)
+    assert not second.is_alive("never-seen/acquire-t1-1")
+    first.stop(1)
+    second.stop(1)
+
+
+def test_the_beat_goes_on_every_few_seconds_until_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("falcon.adapters.runs.BEAT_SECONDS", 0.01)
+    owners = MemoryTaskStore()
+    launcher, _ = _launcher(owners=owners)
+    first = owners.last_beat(launcher.owner)
+    _wait_for(lambda: owners.last_beat(launcher.owner) != first)
     launcher.stop(1)
+    time.sleep(0.05)
+    last = owners.last_beat(launcher.owner)
+    time.sleep(0.05)
+    assert owners.last_beat(launcher.owner) == last, "a stopped launcher beats no more"

@@ -6,8 +6,9 @@ Two launchers, chosen by ``FALCON_RUNS_IN``:
 real Prefect flow runs (each visible in the UI with its task runs) in a bounded pool of threads
 of the dispatcher's own process: no process start on the path from a Job's end to its task's
 status, and one process's memory however many tasks acquire or release at once. Its run ids name
-their owner, the dispatcher's flow run; a second dispatcher (a rollout overlap) counts another's
-runs alive while that dispatcher's run is, so it never starts a second run for the same task.
+their owner, which beats in Falcon's database while its process lives: a second dispatcher (a
+rollout overlap) counts another's runs alive while it beats, so it never starts a second run for
+the same task, and resumes them once it is silent, however the process died.
 
 ``DeploymentLauncher`` (``deployments``) starts each run with ``run_deployment(timeout=0)`` and an
 idempotency key per (task, attempt), for workers that run every flow run in a process or pod of
@@ -22,8 +23,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Protocol
 from uuid import UUID
 
 from prefect.client.orchestration import get_client
@@ -92,7 +93,7 @@ class DeploymentLauncher:
         return str(run.id)  # type: ignore[union-attr]
 
     def is_alive(self, run_id: str) -> bool:
-        return is_alive(run_id)
+        return flow_run_alive(run_id)
 
 
 @prefect_call
@@ -122,38 +123,35 @@ def next_scheduled_start(deployment_id: UUID) -> datetime | None:
     return runs[0].expected_start_time if runs else None
 
 
-def is_alive(run_id: str) -> bool:
-    """Whether a run recorded by either launcher is alive, as far as Prefect knows: a deployment
-    run by its own state, an in-process run by its owner's (the dispatcher run it lives in)."""
-    owner, separator, _ = run_id.partition(OWNER_SEPARATOR)
-    if not separator:
-        return flow_run_alive(run_id)
-    try:
-        UUID(owner)
-    except ValueError:
-        return False  # owned by a process outside any flow run (a benchmark's): gone with it
-    return flow_run_alive(owner)
-
-
 Flow = Callable[..., Any]
+BEAT_SECONDS = 2.0  # how often a ThreadLauncher says its process lives
+OWNER_STALE_SECONDS = 15.0  # an owner silent this long is gone, and its runs with it
+GONE = datetime(1970, 1, 1, tzinfo=UTC)  # the last beat of an owner whose runs all stopped
+
+
+class RunOwners(Protocol):
+    """Where run owners' heartbeats are kept (Falcon's database)."""
+
+    def beat(self, owner: str, now: datetime) -> None: ...
+    def last_beat(self, owner: str) -> datetime | None: ...
 
 
 class ThreadLauncher:
     """Flow runs in ``threads`` daemon threads of this process; runs beyond that wait their turn.
 
-    ``stop`` ends them cooperatively: the steps' clock (``StoppableClock`` on ``stopping``)
-    raises RunStopped at their next wait, and the dispatcher's next run resumes each task from
-    the database. The threads are daemons, so a run still inside one API call when the process
-    exits dies as in any crash, and is resumed the same way."""
+    Its run ids name it, the owner; a thread beats for it in ``owners`` every BEAT_SECONDS, and a
+    run of another owner is alive while that owner beat within OWNER_STALE_SECONDS. A process
+    that dies however it dies (SIGKILL, OOM, a lost node: no one marks its flow run Crashed)
+    stops beating, and the next dispatcher resumes its tasks from the database.
 
-    def __init__(
-        self,
-        flows: tuple[Flow, Flow, Flow],
-        threads: int,
-        owner: str | None = None,
-    ) -> None:
+    ``stop`` ends the runs cooperatively: the steps' clock (``StoppableClock`` on ``stopping``)
+    raises RunStopped at their next wait. The threads are daemons, so a run still inside one API
+    call when the process exits dies as in any crash, and is resumed the same way."""
+
+    def __init__(self, flows: tuple[Flow, Flow, Flow], threads: int, owners: RunOwners) -> None:
         self._acquire, self._release, self._warm = flows
-        self.owner = owner or f"process-{uuid.uuid4()}"
+        self._owners = owners
+        self.owner = str(uuid.uuid4())
         self.stopping = threading.Event()
         self._queue: queue.SimpleQueue[tuple[str, Flow, dict[str, Any]] | None] = queue.SimpleQueue()
         self._live: set[str] = set()  # queued or running
@@ -163,6 +161,8 @@ class ThreadLauncher:
         ]
         for worker in self._workers:
             worker.start()
+        self._owners.beat(self.owner, utc_now())  # alive before its first run is recorded
+        threading.Thread(target=self._beat, daemon=True, name="flow-runs-beat").start()
 
     def start_acquire(self, task_id: str, lease_id: str, attempt: int) -> str:
         return self._start(f"acquire-{task_id}-{attempt}", self._acquire, task_id=task_id, lease_id=lease_id)
@@ -175,11 +175,21 @@ class ThreadLauncher:
         return self._start(key, self._warm, cluster_id=queue.cluster_id, topology=queue.topology)
 
     def is_alive(self, run_id: str) -> bool:
-        owner, _, key = run_id.partition(OWNER_SEPARATOR)
+        owner, separator, key = run_id.partition(OWNER_SEPARATOR)
         if owner == self.owner:
             with self._lock:
                 return key in self._live
-        return is_alive(run_id)
+        if not separator:
+            return flow_run_alive(run_id)  # started by a DeploymentLauncher
+        beat = self._owners.last_beat(owner)
+        return beat is not None and (utc_now() - beat).total_seconds() < OWNER_STALE_SECONDS
+
+    def _beat(self) -> None:
+        while not self.stopping.wait(BEAT_SECONDS):
+            try:
+                self._owners.beat(self.owner, utc_now())
+            except Exception:  # the database away: the next beat tries again
+                logger.warning("event=run_owner_beat_failed owner=%s", self.owner, exc_info=True)
 
     def stop(self, grace_seconds: float) -> list[str]:
         """Ask every run to stop, wait up to ``grace_seconds``; returns the runs still going."""
@@ -190,7 +200,10 @@ class ThreadLauncher:
         for worker in self._workers:
             worker.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
-            return sorted(self._live)
+            left = sorted(self._live)
+        if not left:  # all stopped: the next dispatcher need not wait for this owner to go stale
+            self._owners.beat(self.owner, GONE)
+        return left
 
     def _start(self, key: str, flow: Flow, **parameters: Any) -> str:
         with self._lock:

@@ -87,6 +87,7 @@ class Dispatcher:
         self._failed_probes: dict[str, int] = {}  # cluster id -> probes failed in a row
         self._unreachable: dict[str, str] = {}  # cluster id -> the Message its waiting tasks show
         self._warmer = Warmer(services)
+        self._unlaunched: dict[str, float] = {}  # picks seen with no run recorded yet (supervise_runs)
         self._next_fire: datetime | None = None  # the next tidal warm-pool fire: reconcile then
 
     def tick(self) -> TickReport:
@@ -158,7 +159,7 @@ class Dispatcher:
         waited_for = {queue.cluster_id for queue, tasks in self.book.waiting.items() if tasks}
         followed = reconcile.follow_running(svc, clusters, waited_for)
         report.ended = followed.ended
-        report.started = reconcile.supervise_runs(svc)
+        report.started = reconcile.supervise_runs(svc, self._unlaunched)
         now, rules = svc.clock.now(), schedulable(svc.store.warm_rules())
         targets = warm_targets(rules, now)
         pools = svc.store.pools_in([PoolState.CREATING, PoolState.IDLE, PoolState.DELETING])

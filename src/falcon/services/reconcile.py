@@ -38,6 +38,7 @@ from falcon.services.ports import ClusterJobs
 from falcon.services.release import observed, record_outcome
 
 Clusters = dict[str, Cluster]
+LAUNCH_GRACE = 5.0  # seconds a pick may go without a recorded run before it is started again
 
 
 def abort_unstarted(
@@ -136,20 +137,32 @@ def _failure_detail(services: Services, cluster: Cluster, job: JobState) -> str:
     return "; ".join(p.describe() for p in pods if p.terminated) or job.failed_condition or "Job failed"
 
 
-def supervise_runs(services: Services) -> list[str]:
+def supervise_runs(services: Services, unlaunched: dict[str, float] | None = None) -> list[str]:
     """Start the run a task needs when it has none alive: acquiring tasks get their slot
-    again and a new lifecycle attempt; releasing tasks get a new release attempt."""
-    started = []
+    again and a new lifecycle attempt; releasing tasks get a new release attempt.
+
+    A task picked but with no run recorded yet may be a launch under way, by this dispatcher or
+    another one (a rollout overlap): it is started only once ``unlaunched`` (the monotonic time
+    each such task was first seen so, kept by the caller across rounds) is LAUNCH_GRACE old."""
+    started, now = [], services.clock.monotonic()
+    seen = unlaunched if unlaunched is not None else {}
+    waiting_launch = set()
     for p in services.store.progress_in([Phase.ACQUIRING, Phase.RELEASING]):
         run_id = p.acquire_run_id if p.phase is Phase.ACQUIRING else p.release_run_id
         if run_id and services.launcher.is_alive(run_id):
             continue
+        if not run_id and p.phase is Phase.ACQUIRING and unlaunched is not None:
+            waiting_launch.add(p.task_id)
+            if now - seen.setdefault(p.task_id, now) < LAUNCH_GRACE:
+                continue
         if p.phase is Phase.ACQUIRING:
             _restart_acquire(services, p)
         else:
             run = services.launcher.start_release(p.task_id, p.attempt)
             services.store.set_release_run(p.task_id, run, services.clock.now())
         started.append(p.task_id)
+    for task_id in set(seen) - waiting_launch:
+        del seen[task_id]
     return started
 
 

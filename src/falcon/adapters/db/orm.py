@@ -193,6 +193,15 @@ class WarmRuleRow(Base):
     __table_args__ = (sa.Index("ix_falcon_warm_rules__cluster_id__topology", "cluster_id", "topology"),)
 
 
+class RunOwnerRow(Base):
+    """A process that runs flow runs in its threads (a dispatcher), and when it last said it lives."""
+
+    __tablename__ = "falcon_run_owners"
+
+    owner: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    beat_at: Mapped[datetime]
+
+
 class QueueRotationRow(Base):
     """Which actor got each queue's slot last: the round-robin state, kept across restarts."""
 

@@ -22,6 +22,7 @@ from falcon.adapters.db.orm import (
     JobRow,
     NodePoolRow,
     QueueRotationRow,
+    RunOwnerRow,
     TaskProgressRow,
     Unreadable,
     WarmRuleRow,
@@ -892,6 +893,20 @@ def queue_observations(session: Session, queue: QueueKey, gaps: int, creations: 
         arrival_gaps=tuple((b - a).total_seconds() for a, b in itertools.pairwise(times)),
         creation_seconds={mode: tuple(seconds) for mode, seconds in by_mode.items()},
     )
+
+
+def beat(session: Session, owner: str, now: datetime) -> None:
+    """The run owner lives: its heartbeat, written every few seconds."""
+    row = session.get(RunOwnerRow, owner)
+    if row is None:
+        session.add(RunOwnerRow(owner=owner, beat_at=now))
+    else:
+        row.beat_at = now
+
+
+def last_beat(session: Session, owner: str) -> datetime | None:
+    row = session.get(RunOwnerRow, owner)
+    return row.beat_at if row else None
 
 
 # -- tidal warm pools ----------------------------------------------------------------------------

@@ -191,6 +191,14 @@ class SqlTaskStore:
         with self._tx() as s:
             return repo.queue_observations(s, queue, gaps, creations)
 
+    def beat(self, owner: str, now: datetime) -> None:
+        with self._tx() as s:
+            repo.beat(s, owner, now)
+
+    def last_beat(self, owner: str) -> datetime | None:
+        with self._tx() as s:
+            return repo.last_beat(s, owner)
+
     def pool_ready(self, cluster_id: str, name: str, now: datetime) -> None:
         with self._tx() as s:
             repo.pool_ready(s, cluster_id, name, now)
