@@ -101,7 +101,7 @@ DEFAULT_COMPRESSION = 150.0  # one emulated second stands for this many real sec
 POD_START_SECONDS = 0.3
 FLEX_DELAY_SECONDS = 2.0
 FALCON_POLL_SECONDS = 0.2  # production 2 s; cannot shrink by the full factor without burning CPU
-FALCON_RECONCILE_SECONDS = 0.3  # production 2 s
+FALCON_RECONCILE_SECONDS = 0.3  # production 1 s
 REAL_CREATION_PRIOR = 300.0  # Falcon's assumed creation until it observed some (production default)
 
 RESERVATIONS = {"a": 8, "b": 4}  # nodes of ct6e-standard-4t reserved per cluster's project
@@ -933,7 +933,7 @@ def print_setup(c: float, sample: float) -> None:
     )
     print(
         f"  Falcon (not compressed): poll {FALCON_POLL_SECONDS} s, reconcile {FALCON_RECONCILE_SECONDS} s "
-        f"(production 2 s each, i.e. these are {FALCON_POLL_SECONDS * c:.0f} s / "
+        f"(production 2 s and 1 s, i.e. these are {FALCON_POLL_SECONDS * c:.0f} s / "
         f"{FALCON_RECONCILE_SECONDS * c:.0f} s in real terms); its creation prior "
         f"{REAL_CREATION_PRIOR / c:g} s (production {REAL_CREATION_PRIOR:g} s)."
     )
