@@ -144,16 +144,14 @@ def supervise_runs(services: Services, unlaunched: dict[str, float] | None = Non
     A task picked but with no run recorded yet may be a launch under way, by this dispatcher or
     another one (a rollout overlap): it is started only once ``unlaunched`` (the monotonic time
     each such task was first seen so, kept by the caller across rounds) is LAUNCH_GRACE old."""
-    started, now = [], services.clock.monotonic()
-    seen = unlaunched if unlaunched is not None else {}
-    waiting_launch = set()
+    started, now, waiting_launch = [], services.clock.monotonic(), set()
     for p in services.store.progress_in([Phase.ACQUIRING, Phase.RELEASING]):
         run_id = p.acquire_run_id if p.phase is Phase.ACQUIRING else p.release_run_id
         if run_id and services.launcher.is_alive(run_id):
             continue
         if not run_id and p.phase is Phase.ACQUIRING and unlaunched is not None:
             waiting_launch.add(p.task_id)
-            if now - seen.setdefault(p.task_id, now) < LAUNCH_GRACE:
+            if now - unlaunched.setdefault(p.task_id, now) < LAUNCH_GRACE:
                 continue
         if p.phase is Phase.ACQUIRING:
             _restart_acquire(services, p)
@@ -161,8 +159,9 @@ def supervise_runs(services: Services, unlaunched: dict[str, float] | None = Non
             run = services.launcher.start_release(p.task_id, p.attempt)
             services.store.set_release_run(p.task_id, run, services.clock.now())
         started.append(p.task_id)
-    for task_id in set(seen) - waiting_launch:
-        del seen[task_id]
+    if unlaunched is not None:  # forget the picks whose run is recorded now
+        for task_id in set(unlaunched) - waiting_launch:
+            del unlaunched[task_id]
     return started
 
 
