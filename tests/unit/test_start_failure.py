@@ -76,6 +76,14 @@ def test_pull_failures_are_waited_out_for_the_grace_then_quote_the_kubelet() -> 
     assert found == f"Pod j-0-abc ImagePullBackOff: {failed}"
 
 
+@pytest.mark.parametrize(("age", "ends"), [(60, False), (60.9, False), (61, True)])
+def test_the_grace_counts_from_the_end_of_the_whole_second_kubernetes_wrote(age: float, ends: bool) -> None:
+    """An event stamped :05 happened during :05, so 60 s of grace are sure to have passed only at :06+60."""
+    events = [event("Pod", "Failed", 'Failed to pull image "x": not found', age)]
+    found = start_failure(job(active=1), [pod("ImagePullBackOff")], events, NOW, GRACE)
+    assert (found is not None) is ends
+
+
 def test_pull_failures_without_events_count_from_the_pod_start() -> None:
     started = NOW - timedelta(seconds=90)
     found = start_failure(job(active=1), [pod("ErrImagePull", "not found", started)], [], NOW, GRACE)

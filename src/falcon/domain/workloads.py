@@ -146,5 +146,10 @@ def _pod_failure(pod: PodState, events: list[ClusterEvent], now: datetime, grace
     return None
 
 
+# Kubernetes serialises event and pod times (metav1.Time) to whole seconds: one seen at 12:00:05
+# happened before 12:00:06, so a grace counted from the end of that second is never cut short.
+_TIMESTAMP_RESOLUTION = timedelta(seconds=1)
+
+
 def _lasted(since: datetime | None, now: datetime, grace: timedelta) -> bool:
-    return since is not None and now - since >= grace
+    return since is not None and now - since >= grace + _TIMESTAMP_RESOLUTION
