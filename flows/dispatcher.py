@@ -1,4 +1,5 @@
-"""The scheduled dispatcher flow: one run loops for ``run_seconds`` ticking every ``tick_seconds``.
+"""The scheduled dispatcher flow: one run loops for ``run_seconds`` ticking every ``tick_seconds``,
+with its reconcile rounds every ``reconcile_seconds`` in a thread beside the ticks.
 
 Deployed with concurrency 1 (CANCEL_NEW) so two runs never tick at once; the next scheduled
 run takes over when this one ends. Looping inside one run, rather than one run per tick,
@@ -25,11 +26,11 @@ from prefect.context import FlowRunContext
 
 from falcon.adapters.clock import StoppableClock, utc_now
 from falcon.adapters.health import database_check, prefect_check, serving_health
-from falcon.adapters.metrics import timed_tick
+from falcon.adapters.metrics import RECONCILE_SECONDS, timed_tick
 from falcon.adapters.runs import ThreadLauncher, next_scheduled_start
 from falcon.bootstrap import services, serving
 from falcon.services.context import Services
-from falcon.services.dispatching import Dispatcher, DispatcherLoop
+from falcon.services.dispatching import Dispatcher, DispatcherLoop, all_live, run_beside
 from falcon.services.health import Verdict, readiness
 from falcon.settings import RunsIn, Settings
 from flows.lifecycle import task_lifecycle, task_release
@@ -42,13 +43,24 @@ _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | N
 def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = None) -> int:
     with runs_in_process(services()) as svc:
         settings = svc.settings
-        work = Dispatcher(svc)
-        loop = DispatcherLoop(
-            timed_tick(work.tick), svc.clock, tick_seconds or settings.tick_seconds, get_run_logger()
+        work, log = Dispatcher(svc), get_run_logger()
+        ticking = DispatcherLoop(
+            timed_tick(work.pick_tick), svc.clock, tick_seconds or settings.tick_seconds, log, name="tick"
         )
+        reconciling = DispatcherLoop(
+            timed_tick(work.reconcile, RECONCILE_SECONDS),
+            svc.clock,
+            settings.reconcile_seconds,
+            log,
+            name="reconcile",
+        )
+        seconds = until_next_scheduled(run_seconds or settings.dispatcher_run_seconds)
         try:
-            with sigterm_stops(loop.stop), health_probes(settings, loop.liveness):
-                ticks = loop.run(until_next_scheduled(run_seconds or settings.dispatcher_run_seconds))
+            with (
+                sigterm_stops(ticking.stop),
+                health_probes(settings, partial(all_live, (ticking, reconciling))),
+            ):
+                ticks = run_beside(ticking, reconciling, seconds)
         finally:
             work.close()  # launches under way finish before the run ends
     return ticks

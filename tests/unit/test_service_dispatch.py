@@ -15,12 +15,14 @@ a back-off after a failed tick, a stop (SIGTERM) honoured at the tick boundary, 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from datetime import timedelta
 
 import pytest
 from tests.unit.fakes import FakeClock, acquiring, cluster, k8s_of, make_services, one_cluster, spec_for
 
+from falcon.adapters.clock import SystemClock
 from falcon.domain.errors import PermanentError
 from falcon.domain.lifecycle import Phase, TaskEnded, TaskView
 from falcon.domain.model import QueueKey, k8s_job_name_for
@@ -28,7 +30,7 @@ from falcon.domain.status import Reason, Status
 from falcon.domain.workloads import ClusterEvent
 from falcon.services.acquisition import dispatch, mark_running, provision, wait_pods_running, wait_pool_ready
 from falcon.services.context import Services, load_view
-from falcon.services.dispatching import Dispatcher, DispatcherLoop, TickReport
+from falcon.services.dispatching import Dispatcher, DispatcherLoop, Laps, TickReport, all_live, run_beside
 
 JOB = k8s_job_name_for("t1")
 
@@ -378,3 +380,45 @@ def test_liveness_follows_the_last_tick() -> None:
     clock.advance(0.1)
     verdict = loop.liveness(15)
     assert not verdict.healthy and verdict.checks == {"loop": "no tick for 15.1 s (bound 15 s)"}
+
+
+def test_liveness_names_the_loop_that_stopped_turning() -> None:
+    clock, log = FakeClock(), logging.getLogger(__name__)
+    ticking = DispatcherLoop(TickReport, clock, 0.5, log, clock.sleep, "tick")
+    reconciling = DispatcherLoop(TickReport, clock, 1.0, log, clock.sleep, "reconcile")
+    clock.advance(10)
+    ticking.run(0.1)  # one tick at 10 s, then its 0.5 s wait; the reconcile loop never turned
+    verdict = all_live([ticking, reconciling], 5)
+    assert not verdict.healthy
+    assert verdict.checks == {"tick": "ok", "reconcile": "no tick for 10.5 s (bound 5 s)"}
+    assert all_live([ticking, reconciling], 15).healthy
+
+
+def test_the_loop_beside_turns_meanwhile_and_stops_with_the_main_one() -> None:
+    """Real threads on the real clock: the main loop stops itself at its 5th tick (as SIGTERM
+    would); the loop beside has turned meanwhile and is stopped and joined, long before the
+    hour both were given."""
+    log, clock, turns = logging.getLogger(__name__), SystemClock(), {"main": 0, "beside": 0}
+
+    def turn(name: str) -> TickReport:
+        turns[name] += 1
+        if name == "main" and turns[name] == 5:
+            main.stop.set()
+        return TickReport()
+
+    main = DispatcherLoop(lambda: turn("main"), clock, 0.02, log, name="tick")
+    beside = DispatcherLoop(lambda: turn("beside"), clock, 0.01, log, name="reconcile")
+    assert run_beside(main, beside, 3600) == 5
+    assert beside.stop.is_set() and turns["beside"] >= 1
+    assert not any(t.name == "reconcile" for t in threading.enumerate())
+
+
+def test_laps_say_how_long_each_phase_of_a_turn_took() -> None:
+    clock = FakeClock()
+    laps = Laps(clock)
+    clock.advance(0.01)
+    laps.lap("snapshot")
+    clock.advance(1.5)
+    laps.lap("follow")
+    assert laps.total == pytest.approx(1.51)
+    assert str(laps) == "snapshot=0.010 follow=1.500"

@@ -55,3 +55,17 @@ def test_a_release_that_deletes_the_pool_waits_only_for_gke(svc: Services) -> No
     polls = svc.clock.sleeps[waits_before:]  # type: ignore[attr-defined]
     assert polls == [svc.settings.poll_seconds] * 4, "after asking, and after each of 3 STOPPING answers"
     assert svc.store.pool("c1", pool).state is PoolState.DELETED
+
+
+def test_the_deployed_tick_leaves_jobs_to_the_reconcile_loop_beside_it(svc: Services) -> None:
+    """The deployed dispatcher's tick never waits on a cluster: following Jobs is the round's."""
+    running(svc, "t1")
+    k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
+    dispatcher = Dispatcher(svc)
+    try:
+        assert dispatcher.pick_tick().ended == []
+        assert svc.launcher.releases == []  # type: ignore[attr-defined]
+        assert dispatcher.reconcile().ended == ["t1"]  # at once: its loop paces it, not a timer
+    finally:
+        dispatcher.close()
+    assert svc.launcher.releases == [("t1", 1)]  # type: ignore[attr-defined]

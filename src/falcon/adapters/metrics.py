@@ -1,6 +1,7 @@
 """Falcon's metrics on prometheus_client's default registry, which the health server's
 ``/metrics`` route exports (with the process's CPU and memory collectors): the TidalScheduler
-controller's, and the dispatcher's tick time split into Falcon's own work and Prefect API calls."""
+controller's, and the time of the dispatcher's ticks and reconcile rounds, each split into
+Falcon's own work and Prefect API calls."""
 
 from __future__ import annotations
 
@@ -24,15 +25,23 @@ VALIDATION_FAILURES = Counter(
 )
 OBJECTS = Gauge("falcon_tidal_objects", "TidalSchedulers the controller follows", ["cluster"])
 
+_STEP_BUCKETS = (
+    0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075,
+    0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0,
+)  # fmt: skip
 TICK_SECONDS = Histogram(
     "falcon_dispatcher_tick_seconds",
-    "one dispatcher tick: total, Falcon's own work (total minus Prefect), the Prefect API calls",
+    "one dispatcher tick (intake, aborts, picks, launches): total, Falcon's own work (total minus"
+    " Prefect), the Prefect API calls",
     ["part"],
-    buckets=(
-        0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075,
-        0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0,
-    ),
-)  # fmt: skip
+    buckets=_STEP_BUCKETS,
+)
+RECONCILE_SECONDS = Histogram(
+    "falcon_dispatcher_reconcile_seconds",
+    "one reconcile round (follow Jobs, supervise runs, reap, warm, orphans), split as the tick's",
+    ["part"],
+    buckets=_STEP_BUCKETS,
+)
 
 
 class PrometheusTidalMetrics:
@@ -76,8 +85,8 @@ def prefect_seconds() -> float:
     return float(getattr(_in_prefect, "seconds", 0.0))
 
 
-def timed_tick(tick: Callable[[], R]) -> Callable[[], R]:
-    """``tick`` observed in falcon_dispatcher_tick_seconds, its Prefect calls apart."""
+def timed_tick(tick: Callable[[], R], histogram: Histogram = TICK_SECONDS) -> Callable[[], R]:
+    """``tick`` observed in ``histogram`` (falcon_dispatcher_tick_seconds), its Prefect calls apart."""
 
     def observed() -> R:
         began, prefect_before = time.perf_counter(), prefect_seconds()
@@ -86,8 +95,8 @@ def timed_tick(tick: Callable[[], R]) -> Callable[[], R]:
         finally:
             total = time.perf_counter() - began
             prefect = prefect_seconds() - prefect_before
-            TICK_SECONDS.labels("total").observe(total)
-            TICK_SECONDS.labels("prefect").observe(prefect)
-            TICK_SECONDS.labels("falcon").observe(max(0.0, total - prefect))
+            histogram.labels("total").observe(total)
+            histogram.labels("prefect").observe(prefect)
+            histogram.labels("falcon").observe(max(0.0, total - prefect))
 
     return observed

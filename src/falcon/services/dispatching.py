@@ -1,8 +1,11 @@
-"""The dispatcher's tick: snapshot → intake and aborts → picks → slots → launch, plus reconciliation.
+"""The dispatcher: a tick (snapshot → intake and aborts → picks → slots → launch) and a reconcile
+round (follow Jobs, supervise runs, reap and warm pools, sweep orphans).
 
-One tick is short and never waits on GKE or Kubernetes operations; a tick that fails is logged
-and the next one starts again from the database and the queue book, so the dispatcher never
-stops on a bad row.
+The deployed dispatcher runs the two in loops of their own (``DispatcherLoops``), so a round that
+waits on a cluster's API or on building its clients never delays a new row's pickup; ``tick()``
+runs both on one thread, a round when one is due, which is what step-by-step tests drive. A tick
+or a round that fails is logged and the next one starts again from the database and the queue
+book, so the dispatcher never stops on a bad row.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,6 +38,7 @@ logger = logging.getLogger(__name__)
 LEAK_CONFIRM_SECONDS = 5.0
 FIRST_ORPHAN_SCAN_AFTER = 30.0  # seconds after the dispatcher starts
 UNREACHABLE_AFTER = 3  # probes failed in a row (one per reconcile round) before a cluster is held
+SLOW_TICK_SECONDS = 0.5  # a tick this long is logged with the time each of its phases took
 
 
 @dataclass
@@ -50,6 +54,29 @@ class Every:
             return False
         self.last = monotonic
         return True
+
+
+@dataclass
+class Laps:
+    """The time each phase of one tick took, on the monotonic clock (for event=slow_tick)."""
+
+    clock: Clock
+    began: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.began = self._mark = self.clock.monotonic()
+
+    def lap(self, phase: str) -> None:
+        now = self.clock.monotonic()
+        self.phases[phase], self._mark = now - self._mark, now
+
+    @property
+    def total(self) -> float:
+        return self._mark - self.began
+
+    def __str__(self) -> str:
+        return " ".join(f"{phase}={seconds:.3f}" for phase, seconds in self.phases.items())
 
 
 @dataclass
@@ -73,6 +100,7 @@ class Dispatcher:
     def __init__(self, services: Services) -> None:
         self.services = services
         self.book = QueueBook()
+        self._book_lock = threading.RLock()  # the tick's, briefly the round's
         self._launches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="launch")
         settings = services.settings
         self._refresh = Every(settings.queue_refresh_seconds)
@@ -91,23 +119,49 @@ class Dispatcher:
         self._next_fire: datetime | None = None  # the next tidal warm-pool fire: reconcile then
 
     def tick(self) -> TickReport:
-        try:
-            return self._tick()
-        except BaseException:
-            self.book.loaded = False  # a write failed half-way: trust only the database now
-            raise
+        """Intake, aborts and picks, then a reconcile round if one is due (or a tidal fire came)."""
+        laps = Laps(self.services.clock)
+        report = self._picks(laps)
+        fired = self._next_fire is not None and self.services.clock.now() >= self._next_fire
+        if self._reconcile_timer.due(self.services.clock.monotonic(), force=fired):
+            self._reconcile(report, laps)
+        _log_if_slow("tick", laps)
+        return report
+
+    def pick_tick(self) -> TickReport:
+        """Intake, aborts and picks only: the loop beside ``reconcile`` in the deployed dispatcher."""
+        laps = Laps(self.services.clock)
+        report = self._picks(laps)
+        _log_if_slow("tick", laps)
+        return report
+
+    def reconcile(self) -> TickReport:
+        """One reconcile round, now."""
+        laps, report = Laps(self.services.clock), TickReport()
+        self._reconcile(report, laps)
+        _log_if_slow("reconcile", laps)
+        return report
+
+    def _picks(self, laps: Laps) -> TickReport:
+        with self._book_lock:
+            try:
+                return self._take_in_and_pick(laps)
+            except BaseException:
+                self.book.loaded = False  # a write failed half-way: trust only the database now
+                raise
 
     def close(self) -> None:
         """Wait for launches under way; the dispatcher is not used afterwards."""
         self._launches.shutdown(wait=True)
 
-    def _tick(self) -> TickReport:
+    def _take_in_and_pick(self, laps: Laps) -> TickReport:
         svc, settings = self.services, self.services.settings
         clock, report = svc.clock, TickReport()
         reload = self._refresh.due(clock.monotonic(), force=not self.book.loaded)
         snapshot = svc.store.snapshot(settings.intake_batch, with_book=reload)
         if snapshot.waiting is not None:
             self.book.load(snapshot.waiting, snapshot.last_actors or {})
+        laps.lap("snapshot")
         now = clock.now()
         intake = take_in(svc.store, snapshot, svc.say, now)
         for queue, task in intake.queued:
@@ -115,6 +169,7 @@ class Dispatcher:
         report.queued, report.failed = [t.task_id for _, t in intake.queued], intake.failed
         report.aborted = reconcile.abort_unstarted(svc, snapshot.aborting, now)
         self.book.remove(report.aborted)
+        laps.lap("intake")
         result = schedule(
             svc.store,
             self.book,
@@ -126,11 +181,10 @@ class Dispatcher:
             held=self._unreachable,
         )
         report.picked = [p.task_id for p in result.picks]
+        laps.lap("schedule")
         self._launch(result.picks)
         report.repaired = self._repair_leaks(result.slot_held)
-        fired = self._next_fire is not None and now >= self._next_fire
-        if self._reconcile_timer.due(clock.monotonic(), force=fired):
-            self._reconcile(report)
+        laps.lap("launch")
         return report
 
     def _launch(self, picks: list[Pick]) -> None:
@@ -153,28 +207,35 @@ class Dispatcher:
             del self._held_since[queue]
         return [q.slot_name for q in leaked]
 
-    def _reconcile(self, report: TickReport) -> None:
+    def _reconcile(self, report: TickReport, laps: Laps) -> None:
         svc = self.services
         clusters = {c.id: c for c in svc.store.clusters()}
-        waited_for = {queue.cluster_id for queue, tasks in self.book.waiting.items() if tasks}
+        with self._book_lock:
+            waiting = self.book.counts()
+        waited_for = {queue.cluster_id for queue in waiting}
         followed = reconcile.follow_running(svc, clusters, waited_for)
         report.ended = followed.ended
+        laps.lap("follow")
         report.started = reconcile.supervise_runs(svc, self._unlaunched)
+        laps.lap("supervise")
         now, rules = svc.clock.now(), schedulable(svc.store.warm_rules())
         targets = warm_targets(rules, now)
         pools = svc.store.pools_in([PoolState.CREATING, PoolState.IDLE, PoolState.DELETING])
         warm = {queue: target.pools for queue, target in targets.items()}
-        takers = Counter(self.book.counts()) + Counter(svc.store.takers_without_pool())
+        takers = Counter(waiting) + Counter(svc.store.takers_without_pool())
         report.reaped = reconcile.reap_idle_pools(svc, clusters, dict(takers), warm, pools)
+        laps.lap("reap")
         self._next_fire = next_change(rules, now)
         report.warming = self._warmer.converge(clusters, rules, targets, pools, now)
         self._note_reachability(followed.unreachable, clusters)
+        laps.lap("warm")
         if self._orphan_scan.due(svc.clock.monotonic()):
             report.orphans = [
                 *reconcile.delete_orphan_pools(svc, clusters),
                 *reconcile.delete_orphan_jobs(svc, clusters),
                 *reconcile.delete_orphan_services(svc, clusters),
             ]
+            laps.lap("orphans")
 
     def _note_reachability(self, down: dict[str, str], clusters: dict[str, Cluster]) -> None:
         """A cluster whose Job list failed UNREACHABLE_AFTER rounds in a row is held: its tasks
@@ -192,8 +253,14 @@ class Dispatcher:
                     detail=error[:200],
                 )
         changed = set(held) ^ set(self._unreachable)
-        self.book.dirty.update(q for q in self.book.waiting if q.cluster_id in changed)
-        self._unreachable = held
+        with self._book_lock:
+            self.book.dirty.update(q for q in self.book.waiting if q.cluster_id in changed)
+            self._unreachable = held
+
+
+def _log_if_slow(what: str, laps: Laps) -> None:
+    if laps.total >= SLOW_TICK_SECONDS:
+        logger.warning("event=slow_%s seconds=%.3f %s", what, laps.total, laps)
 
 
 def _quietly(step: Callable[[Pick], None], pick: Pick) -> None:
@@ -220,8 +287,10 @@ class DispatcherLoop:
         period: float,
         log: logging.Logger | logging.LoggerAdapter[logging.Logger],
         wait: Callable[[float], object] | None = None,
+        name: str = "loop",
     ) -> None:
         self._tick, self._clock, self._period, self._log = tick, clock, period, log
+        self.name = name
         self.stop = threading.Event()
         self._wait = wait or self.stop.wait  # real time: a stop ends the wait at once
         self.last_tick = clock.monotonic()
@@ -238,7 +307,7 @@ class DispatcherLoop:
         return ticks
 
     def liveness(self, bound: float) -> Verdict:
-        return liveness(self.last_tick, self._clock.monotonic(), bound)
+        return liveness(self.last_tick, self._clock.monotonic(), bound, self.name)
 
     def _timed_tick(self) -> float:
         """One tick, its failure logged and followed by a back-off; returns when it ended."""
@@ -251,3 +320,23 @@ class DispatcherLoop:
             self._wait(min(5.0, self._period * 4))
         self.last_tick = self._clock.monotonic()
         return self.last_tick
+
+
+def run_beside(main: DispatcherLoop, beside: DispatcherLoop, run_seconds: float) -> int:
+    """Run ``beside`` in a thread of its own while ``main`` runs here; both end at the deadline,
+    and ``beside`` is stopped (its turn under way finished) as soon as ``main`` ends, a stop
+    included. Returns ``main``'s number of turns."""
+    thread = threading.Thread(target=beside.run, args=(run_seconds,), name=beside.name, daemon=True)
+    thread.start()
+    try:
+        return main.run(run_seconds)
+    finally:
+        beside.stop.set()
+        thread.join()
+
+
+def all_live(loops: Iterable[DispatcherLoop], bound: float) -> Verdict:
+    """Live while every loop turned within ``bound``: a wedged reconcile loop counts as much as a
+    wedged tick."""
+    verdicts = [loop.liveness(bound) for loop in loops]
+    return Verdict(all(v.healthy for v in verdicts), {k: v for x in verdicts for k, v in x.checks.items()})

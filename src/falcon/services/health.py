@@ -19,12 +19,12 @@ class Verdict:
     checks: dict[str, str]  # check name -> "ok", or what is wrong
 
 
-def liveness(last_tick: float, now: float, bound: float) -> Verdict:
+def liveness(last_tick: float, now: float, bound: float, loop: str = "loop") -> Verdict:
     """Live while the last tick ended (or the loop started) at most ``bound`` seconds ago."""
     quiet = now - last_tick
     if quiet <= bound:
-        return Verdict(True, {"loop": OK})
-    return Verdict(False, {"loop": f"no tick for {quiet:.1f} s (bound {bound:g} s)"})
+        return Verdict(True, {loop: OK})
+    return Verdict(False, {loop: f"no tick for {quiet:.1f} s (bound {bound:g} s)"})
 
 
 def readiness(checks: Mapping[str, Callable[[], None]]) -> Verdict:
