@@ -4,12 +4,14 @@ delayed deletion with its grace, and repair of a leaked queue slot."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 
 import httpx
 import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import container_v1
+from prefect.exceptions import ObjectNotFound
 
 from falcon.adapters import slots
 from falcon.adapters.credentials import gke_client
@@ -154,6 +156,26 @@ def test_a_leaked_queue_slot_is_repaired(services: Services, db_url: str) -> Non
     Driver(services).run_until_done(["after-leak"])
     with db(services) as s:
         assert repo.get_task(s, "after-leak").status is Status.SUCCEEDED  # type: ignore[union-attr]
+
+
+def test_slot_calls_keep_one_client_per_thread_and_drop_it_after_a_failure(services: Services) -> None:
+    name = QueueKey(CLUSTER.id, "2x4").slot_name
+    slots.ensure_limit(name)
+    lease = slots.try_acquire(name, 60)
+    kept = slots._open.client
+    assert lease is not None and slots.renew(lease, 60) is True
+    assert slots._open.client is kept  # no new client (nor connection) per call
+
+    other: list[object] = []
+    thread = threading.Thread(target=lambda: (slots.release(lease), other.append(slots._open.client)))
+    thread.start()
+    thread.join()
+    assert other and other[0] is not kept  # each thread has its own
+
+    with pytest.raises(ObjectNotFound):
+        slots.reset("falcon:no-such-queue")
+    assert slots._open.client is None  # a client whose call failed is not used again
+    assert slots.try_acquire(name, 60) is not None  # the next call opens a fresh one
 
 
 class NoRuns:
