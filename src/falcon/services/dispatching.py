@@ -10,6 +10,7 @@ book, so the dispatcher never stops on a bad row.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from collections import Counter
@@ -325,8 +326,12 @@ class DispatcherLoop:
 def run_beside(main: DispatcherLoop, beside: DispatcherLoop, run_seconds: float) -> int:
     """Run ``beside`` in a thread of its own while ``main`` runs here; both end at the deadline,
     and ``beside`` is stopped (its turn under way finished) as soon as ``main`` ends, a stop
-    included. Returns ``main``'s number of turns."""
-    thread = threading.Thread(target=beside.run, args=(run_seconds,), name=beside.name, daemon=True)
+    included. Returns ``main``'s number of turns. The thread runs in a copy of this one's context,
+    so its logs reach the same flow run."""
+    context = contextvars.copy_context()
+    thread = threading.Thread(
+        target=context.run, args=(beside.run, run_seconds), name=beside.name, daemon=True
+    )
     thread.start()
     try:
         return main.run(run_seconds)
