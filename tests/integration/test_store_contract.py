@@ -230,6 +230,17 @@ def test_queue_then_start_acquiring_returns_attempt_1_and_records_the_pick(
     assert store.snapshot(0, with_book=True).last_actors == {Q: "bob"}
 
 
+def test_queue_tasks_takes_in_a_batch_and_leaves_out_rows_taken_already(
+    store: TaskStore, upstream: Upstream
+) -> None:
+    for task_id in ("t1", "t2", "t3"):
+        upstream.insert(task_id)
+    assert store.queue_task("t2", Q, T0)  # another dispatcher took it in first
+    assert store.queue_tasks([("t1", Q), ("t2", Q), ("t3", Q2), ("ghost", Q)], T1) == ["t1", "t3"]
+    assert [progress(store, t).queue for t in ("t1", "t2", "t3")] == [Q, Q, Q2]
+    assert store.queue_tasks([], T1) == []
+
+
 def test_a_second_start_acquiring_of_the_same_task_is_refused(store: TaskStore, upstream: Upstream) -> None:
     """Only a waiting task can be picked: a stale pick of a task already acquiring changes nothing."""
     acquiring(store, upstream, "t1")

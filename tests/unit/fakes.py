@@ -374,6 +374,10 @@ class MemoryTaskStore:
             self.queued_at[task_id] = now
             return True
 
+    def queue_tasks(self, placements: Sequence[tuple[str, QueueKey]], now: datetime) -> list[str]:
+        with self._tx():
+            return [task_id for task_id, queue in placements if self.queue_task(task_id, queue, now)]
+
     def finish(self, task_id: str, outcome: Outcome, expect: Sequence[Status], now: datetime) -> bool:
         self.calls.append(("finish", task_id))
         with self._tx():

@@ -107,6 +107,10 @@ class SqlTaskStore:
         with self._tx() as s:
             return repo.queue_task(s, task_id, queue, now)
 
+    def queue_tasks(self, placements: Sequence[tuple[str, QueueKey]], now: datetime) -> list[str]:
+        with self._tx() as s:
+            return [task_id for task_id, queue in placements if repo.queue_task(s, task_id, queue, now)]
+
     def finish(self, task_id: str, outcome: Outcome, expect: Sequence[Status], now: datetime) -> bool:
         with self._tx() as s:
             return repo.finish(s, task_id, outcome, expect, now)
