@@ -1065,7 +1065,7 @@ class FakeSlots:
     def ensure_limit(self, name: str) -> None:
         self.limits.add(name)
 
-    def try_acquire(self, name: str, lease_seconds: int) -> str | None:
+    def try_acquire(self, name: str, lease_seconds: int, fail_fast: bool = False) -> str | None:
         for hook in self.on_acquire:
             hook(name)
         with self._lock:

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 import pytest
 from tests.unit.fakes import k8s_of, spec_for
 
+from falcon.domain.errors import TemporaryError
 from falcon.domain.lifecycle import Phase
 from falcon.domain.model import QueueKey
 from falcon.domain.scheduling import WaitingTask
@@ -236,3 +237,24 @@ def test_a_held_cluster_holds_only_its_own_queues() -> None:
     assert choose(book, set(), {"c1": "Cluster c1 unreachable"}) == [
         (QueueKey("c2", "2x2"), WaitingTask("t-c2", "alice", "job", datetime(2026, 1, 1)))
     ]
+
+
+def test_a_busy_slot_service_skips_that_queue_for_one_tick_only(
+    svc: Services, dispatcher: Dispatcher
+) -> None:
+    """A Prefect API too busy to answer is not waited out inside the tick: the other queues are
+    picked, the busy one is not taken for a held (leaked) slot, and the next tick picks it."""
+    submit(svc, "a", topology="2x2")
+    submit(svc, "c", topology="2x4")
+    busy = QueueKey("c1", "2x2").slot_name
+
+    def busy_once(name: str) -> None:
+        if name == busy:
+            svc.slots.on_acquire.clear()
+            raise TemporaryError("Prefect API busy: 503")
+
+    svc.slots.on_acquire.append(busy_once)
+    assert dispatcher.tick().picked == ["c"]
+    assert svc.store.progress["a"].phase is Phase.WAITING
+    assert dispatcher.tick().picked == ["a"]
+    assert dispatcher.tick().repaired == []

@@ -1,9 +1,12 @@
 """Queue slots as Prefect global concurrency limits (limit 1 each), held through leases.
 
 The dispatcher decides who goes next and takes the slot without blocking (a 423 means busy);
-the lifecycle run that acquires resources renews the lease and releases it when all pods run.
-A holder that dies loses the slot when its lease expires (Prefect's repossessor); the dispatcher
-also repairs a limit whose count drifted from what the database says (``reset``).
+its tick asks with ``fail_fast``: a Prefect API too busy to answer (a SQLite-backed server answers
+503 under concurrent writes) is not waited out with Prefect's client back-off of 2 s, 4 s, ... but
+raised as TemporaryError, and the queue is asked again at the next tick. The lifecycle run that
+acquires resources renews the lease and releases it when all pods run. A holder that dies loses
+the slot when its lease expires (Prefect's repossessor); the dispatcher also repairs a limit whose
+count drifted from what the database says (``reset``).
 """
 
 from __future__ import annotations
@@ -20,9 +23,24 @@ from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 from prefect.settings import PREFECT_API_URL
 
 from falcon.adapters.metrics import prefect_call
-from falcon.domain.errors import PermanentError
+from falcon.domain.errors import PermanentError, TemporaryError
 
 _open = threading.local()
+
+
+@contextlib.contextmanager
+def _busy_is_temporary(fail_fast: bool) -> Iterator[None]:
+    try:
+        yield
+    except httpx.HTTPStatusError as exc:
+        code = exc.response.status_code
+        if fail_fast and (code == 429 or code >= 500):
+            raise TemporaryError(f"Prefect API busy: {code}") from exc
+        raise
+    except httpx.TransportError as exc:
+        if fail_fast:
+            raise TemporaryError(f"Prefect API unreachable: {exc!r}") from exc
+        raise
 
 
 @contextlib.contextmanager
@@ -59,13 +77,16 @@ def ensure_limit(name: str) -> None:
 
 
 @prefect_call
-def try_acquire(name: str, lease_seconds: int) -> str | None:
+def try_acquire(name: str, lease_seconds: int, fail_fast: bool = False) -> str | None:
     """Take the slot and return the lease id, or None when it is held."""
-    with _client() as client:
+    with _busy_is_temporary(fail_fast), _client() as client:
         try:
-            response = client.increment_concurrency_slots_with_lease(
-                names=[name], slots=1, mode="concurrency", lease_duration=lease_seconds
-            )
+            if fail_fast:
+                response = _post_once(client, INCREMENT_WITH_LEASE, _increment_body(name, lease_seconds))
+            else:
+                response = client.increment_concurrency_slots_with_lease(
+                    names=[name], slots=1, mode="concurrency", lease_duration=lease_seconds
+                )
         except httpx.HTTPStatusError as exc:
             if exc.response.status_code == 423:
                 return None
@@ -74,6 +95,26 @@ def try_acquire(name: str, lease_seconds: int) -> str | None:
     if not body.get("limits"):
         raise PermanentError(f"concurrency limit {name!r} does not exist")
     return str(body["lease_id"])
+
+
+INCREMENT_WITH_LEASE = "/v2/concurrency_limits/increment-with-lease"
+
+
+def _increment_body(name: str, lease_seconds: int) -> dict[str, object]:
+    """The body SyncPrefectClient.increment_concurrency_slots_with_lease sends."""
+    return {"names": [name], "slots": 1, "mode": "concurrency", "lease_duration": lease_seconds}
+
+
+def _post_once(client: SyncPrefectClient, path: str, body: dict[str, object]) -> httpx.Response:
+    """One request with the client's base URL, headers and connection, without its retry loop:
+    Prefect's sleeps 2 s, 4 s, ... after a 429 or 503, and even after the last try when retries
+    are set to none, so no setting makes it fail fast."""
+    http = client._client  # PrefectHttpxSyncClient: an httpx.Client whose send() wraps the retries
+    response = httpx.Client.send(http, http.build_request("POST", path, json=body))
+    if response.status_code == 403:  # a server asking for a CSRF token: the client's path gets one
+        return http.post(path, json=body)
+    response.raise_for_status()
+    return response
 
 
 @prefect_call
@@ -109,8 +150,8 @@ class PrefectSlots:
     def ensure_limit(self, name: str) -> None:
         ensure_limit(name)
 
-    def try_acquire(self, name: str, lease_seconds: int) -> str | None:
-        return try_acquire(name, lease_seconds)
+    def try_acquire(self, name: str, lease_seconds: int, fail_fast: bool = False) -> str | None:
+        return try_acquire(name, lease_seconds, fail_fast)
 
     def renew(self, lease_id: str, lease_seconds: int) -> bool:
         return renew(lease_id, lease_seconds)

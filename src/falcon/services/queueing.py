@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from falcon.domain.errors import TemporaryError
 from falcon.domain.lifecycle import WaitingRow
 from falcon.domain.messages import MessageKey, Messages
 from falcon.domain.model import QueueKey
@@ -81,6 +82,7 @@ class QueueBook:
 class ScheduleResult:
     picks: list[Pick] = field(default_factory=list)
     slot_held: list[QueueKey] = field(default_factory=list)  # free in the database, held in Prefect
+    busy: list[QueueKey] = field(default_factory=list)  # the slot service did not answer in time
     messages_written: int = 0
 
 
@@ -119,7 +121,11 @@ def schedule(
         if queue not in book.limits:
             slots.ensure_limit(queue.slot_name)
             book.limits.add(queue)
-        lease_id = slots.try_acquire(queue.slot_name, lease_seconds)
+        try:
+            lease_id = slots.try_acquire(queue.slot_name, lease_seconds, fail_fast=True)
+        except TemporaryError:
+            result.busy.append(queue)  # asked again next tick, not waited for in this one
+            continue
         if lease_id is None:
             result.slot_held.append(queue)
             continue

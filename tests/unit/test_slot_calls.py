@@ -1,0 +1,65 @@
+"""The tick's slot calls against a Prefect API that answers as a busy one does (respx at the HTTP
+edge): with ``fail_fast`` a 503 is one request and a TemporaryError, never Prefect's client
+back-off; a held slot (423) is None; without ``fail_fast`` the client's own retries go on."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import respx
+from prefect.settings import (
+    PREFECT_API_URL,
+    PREFECT_CLIENT_CSRF_SUPPORT_ENABLED,
+    PREFECT_CLIENT_MAX_RETRIES,
+    temporary_settings,
+)
+
+from falcon.adapters import slots
+from falcon.domain.errors import TemporaryError
+
+API = "http://prefect.test/api"
+INCREMENT = f"{API}/v2/concurrency_limits/increment-with-lease"
+
+
+@pytest.fixture
+def prefect_api() -> Iterator[respx.MockRouter]:
+    settings = {
+        PREFECT_API_URL: API,
+        PREFECT_CLIENT_MAX_RETRIES: 1,
+        PREFECT_CLIENT_CSRF_SUPPORT_ENABLED: False,
+    }
+    with temporary_settings(settings), respx.mock(assert_all_called=False) as router:
+        yield router
+
+
+def test_a_busy_api_fails_fast_with_one_request(prefect_api: respx.MockRouter) -> None:
+    route = prefect_api.post(INCREMENT).mock(return_value=httpx.Response(503))
+    began = time.monotonic()
+    with pytest.raises(TemporaryError, match="503"):
+        slots.try_acquire("falcon:c1:2x2", 60, fail_fast=True)
+    assert route.call_count == 1 and time.monotonic() - began < 1.0
+
+
+def test_a_held_slot_is_none_and_a_granted_one_its_lease(prefect_api: respx.MockRouter) -> None:
+    prefect_api.post(INCREMENT).mock(
+        side_effect=[
+            httpx.Response(423),
+            httpx.Response(200, json={"lease_id": "9b3c", "limits": [{"name": "falcon:c1:2x2"}]}),
+        ]
+    )
+    assert slots.try_acquire("falcon:c1:2x2", 60, fail_fast=True) is None
+    assert slots.try_acquire("falcon:c1:2x2", 60, fail_fast=True) == "9b3c"
+
+
+def test_without_fail_fast_prefect_retries_as_configured(prefect_api: respx.MockRouter) -> None:
+    route = prefect_api.post(INCREMENT).mock(
+        side_effect=[
+            httpx.Response(503),
+            httpx.Response(200, json={"lease_id": "9b3c", "limits": [{"name": "falcon:c1:2x2"}]}),
+        ]
+    )
+    assert slots.try_acquire("falcon:c1:2x2", 60) == "9b3c"  # after Prefect's ~2 s back-off
+    assert route.call_count == 2
