@@ -149,10 +149,16 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=10.0, help="inserts per second (default %(default)s)")
     parser.add_argument("--db", choices=["sqlite", "mariadb"], default="sqlite")
     parser.add_argument(
+        "--prefect-db",
+        choices=["sqlite", "postgres"],
+        default="sqlite",
+        help="the Prefect server's own database (default %(default)s, as `falcon local` runs it)",
+    )
+    parser.add_argument(
         "--keep-home", action="store_true", help="keep the temporary FALCON_HOME for its logs"
     )
     args = parser.parse_args()
-    with local_stack(args.db, "falcon-pickup-", args.keep_home) as stack:
+    with local_stack(args.db, "falcon-pickup-", args.keep_home, prefect_db=args.prefect_db) as stack:
         url, runner = stack.url, stack.runner
         poller = Poller(url, {PICKED: picked_up_query()})
         poller.start()

@@ -400,10 +400,16 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=10)
     parser.add_argument("--db", choices=["sqlite", "mariadb"], default="sqlite")
     parser.add_argument(
+        "--prefect-db",
+        choices=["sqlite", "postgres"],
+        default="sqlite",
+        help="the Prefect server's own database (default %(default)s, as `falcon local` runs it)",
+    )
+    parser.add_argument(
         "--keep-home", action="store_true", help="keep the temporary FALCON_HOME for its logs"
     )
     args = parser.parse_args()
-    with local_stack(args.db, "falcon-release-", args.keep_home) as stack:
+    with local_stack(args.db, "falcon-release-", args.keep_home, prefect_db=args.prefect_db) as stack:
         ends: dict[str, float] = {}
         lock = threading.Lock()
         watchers = [

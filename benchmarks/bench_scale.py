@@ -27,10 +27,12 @@ Measured:
   flow runs) and, apart, the Prefect server's tree, the emulator's and MariaDB's. PSS (shared pages
   split between the processes that map them) and RSS, peak and median over the steady window; CPU
   seconds per wall second over the window and at the busiest sample interval;
-* the dispatcher's tick: ``falcon_dispatcher_tick_seconds{part="total"|"falcon"|"prefect"}`` scraped
-  from its ``/metrics`` at the window's edges; p50/p99 interpolated within the histogram's buckets
-  (the bucket holding each quantile is printed: that is the resolution), for the steady window and
-  for the drain;
+* the dispatcher's tick (intake, aborts, picks, launches) and, apart, its reconcile round (following
+  Jobs, supervising runs, reaping, warming), each a loop of its own:
+  ``falcon_dispatcher_tick_seconds`` and ``falcon_dispatcher_reconcile_seconds``
+  ``{part="total"|"falcon"|"prefect"}`` scraped from its ``/metrics`` at the window's edges;
+  p50/p99 interpolated within the histogram's buckets (the bucket holding each quantile is
+  printed: that is the resolution), for the steady window and for the drain;
 * time to Running for the ramp, time to drain, terminal statuses; where the waiting tasks' time
   went (a queue's dispatch cycle, dispatch -> terminal beyond the run, pools created); the
   dispatcher's runs in Prefect (cancelled ones, time with none running); ERROR lines in the logs.
@@ -67,7 +69,17 @@ import sqlalchemy as sa
 import yaml
 from local_stack import run_main
 from mysql_server import mariadb
-from scale_metrics import TICK_METRIC, Histogram, Usage, find_process, histograms, quantile, tree, usage
+from scale_metrics import (
+    RECONCILE_METRIC,
+    TICK_METRIC,
+    Histogram,
+    Usage,
+    find_process,
+    histograms,
+    quantile,
+    tree,
+    usage,
+)
 
 from falcon.adapters.clock import utc_now
 from falcon.adapters.db import repository as repo
@@ -328,15 +340,25 @@ class Sampler(threading.Thread):
         self.join(30)
 
 
+LOOPS = {"tick": TICK_METRIC, "reconcile": RECONCILE_METRIC}
+
+
 def scrape(port: int) -> dict[str, Histogram]:
-    """The dispatcher's tick histograms by part; empty if it does not (yet) export them."""
+    """The dispatcher's histograms keyed "<loop>/<part>" (tick/total, reconcile/falcon, ...);
+    empty if it does not (yet) export them."""
     if not port:
         return {}
     try:
         answer = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
     except httpx.HTTPError:
         return {}
-    return histograms(answer.text, TICK_METRIC, "part") if answer.status_code == 200 else {}
+    if answer.status_code != 200:
+        return {}
+    return {
+        f"{loop}/{part}": histogram
+        for loop, metric in LOOPS.items()
+        for part, histogram in histograms(answer.text, metric, "part").items()
+    }
 
 
 # --- phases -------------------------------------------------------------------------------------
@@ -389,9 +411,9 @@ def _brief(counts: Counter[str]) -> str:
 
 
 def tick_table(window: dict[str, Histogram]) -> dict[str, Any]:
-    """p50/p99 and the mean of each part over a window, with the bucket each quantile lies in."""
+    """p50/p99 and the mean of each loop's parts over a window, with the bucket each quantile lies in."""
     table: dict[str, Any] = {}
-    for part in ("total", "falcon", "prefect"):
+    for part in (f"{loop}/{part}" for loop in LOOPS for part in ("total", "falcon", "prefect")):
         histogram = window.get(part)
         if histogram is None or histogram.count <= 0:
             table[part] = None
@@ -518,7 +540,7 @@ def print_report(result: dict[str, Any]) -> None:
     for window in ("steady", "drain"):
         ticks = result["ticks"][window]
         header = f"{'ticks':>6} {'p50 (bucket, ms)':>24} {'p99 (bucket, ms)':>24} {'mean':>9}"
-        print(f"\ndispatcher tick, {window:<7} {header}")
+        print(f"\ndispatcher, {window:<12} {header}")
         for part, row in ticks.items():
             if row is None:
                 print(f"  {part:<22} not exported")
@@ -527,7 +549,7 @@ def print_report(result: dict[str, Any]) -> None:
                 f"  {part:<22} {row['ticks']:>6} {_quantile_cell(row['p50']):>24} "
                 f"{_quantile_cell(row['p99']):>24} {row['mean'] * 1e3:>6.1f} ms"
             )
-    steady_falcon = result["ticks"]["steady"].get("falcon")
+    steady_falcon = result["ticks"]["steady"].get("tick/falcon")
     if steady_falcon and steady_falcon["p99"]:
         verdict = "OK" if steady_falcon["p99"]["value"] < TICK_GOAL_P99 else "MISS"
         print(f"tick without Prefect calls, steady p99 against the goal < 100 ms: {verdict}")

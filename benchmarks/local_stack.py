@@ -5,7 +5,9 @@ The stack is started as `falcon demo` starts it (src/falcon/local.py): a throwaw
 the emulator (in this process, on a thread), the two demo clusters registered, then the
 `falcon local` subprocess serving Falcon's deployments. Database: SQLite under a temporary
 FALCON_HOME in /tmp (the `falcon local` default), or a throwaway MariaDB
-(benchmarks/mysql_server.py).
+(benchmarks/mysql_server.py). The Prefect server keeps its own database: SQLite (the `falcon local`
+default) or, with ``prefect_db="postgres"``, a throwaway PostgreSQL as production runs it
+(tests/chaos/run.py's).
 """
 
 from __future__ import annotations
@@ -50,7 +52,11 @@ class Stack:
 
 @contextmanager
 def local_stack(
-    db: str, prefix: str, keep_home: bool, env: Mapping[str, str] | None = None
+    db: str,
+    prefix: str,
+    keep_home: bool,
+    env: Mapping[str, str] | None = None,
+    prefect_db: str = "sqlite",
 ) -> Iterator[Stack]:
     """The stack on a fresh FALCON_HOME (and a fresh MariaDB when ``db`` is "mariadb"); ``env``
     is added to the environment the runner inherits. Everything is stopped on exit."""
@@ -67,10 +73,17 @@ def local_stack(
         url = get_settings().resolved_database_url
         upgrade(url)
         started = time.monotonic()
+        if prefect_db == "postgres":
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/
+            from tests.chaos.run import postgres  # the chaos run's throwaway PostgreSQL
+
+            os.environ["PREFECT_API_DATABASE_CONNECTION_URL"] = stack.enter_context(postgres())
         api_url = stack.enter_context(prefect_server(home / "prefect"))
+        os.environ.pop("PREFECT_API_DATABASE_CONNECTION_URL", None)
         emulator_url = stack.enter_context(emulator(None, 0, home / "emulator"))
         register_demo_clusters()
-        print(f"FALCON_HOME={home}  db={db}  stack up in {time.monotonic() - started:.1f}s", flush=True)
+        up = time.monotonic() - started
+        print(f"FALCON_HOME={home}  db={db}  prefect db={prefect_db}  stack up in {up:.1f}s", flush=True)
         launched = time.monotonic()
         runner = stack.enter_context(served_stack(home, api_url, emulator_url))
         yield Stack(home, url, api_url, emulator_url, runner, launched)

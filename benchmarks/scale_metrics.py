@@ -1,4 +1,4 @@
-"""What bench_scale.py measures beside the job table: the dispatcher's tick histogram from its
+"""What bench_scale.py measures beside the job table: the dispatcher's tick and reconcile histograms from its
 ``/metrics`` page, and the memory and CPU time of process trees.
 
 The histogram is cumulative since the dispatcher's process started, so a window's distribution is
@@ -22,6 +22,7 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 TICK_METRIC = "falcon_dispatcher_tick_seconds"
+RECONCILE_METRIC = "falcon_dispatcher_reconcile_seconds"  # the loop beside the tick
 
 
 @dataclass(frozen=True)
