@@ -1,7 +1,7 @@
 """The dispatcher: a tick (snapshot → intake and aborts → picks → slots → launch) and a reconcile
 round (follow Jobs, supervise runs, reap and warm pools, sweep orphans).
 
-The deployed dispatcher runs the two in loops of their own (``DispatcherLoops``), so a round that
+The deployed dispatcher runs the two in loops of their own (``run_beside``), so a round that
 waits on a cluster's API or on building its clients never delays a new row's pickup; ``tick()``
 runs both on one thread, a round when one is due, which is what step-by-step tests drive. A tick
 or a round that fails is logged and the next one starts again from the database and the queue
@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 LEAK_CONFIRM_SECONDS = 5.0
 FIRST_ORPHAN_SCAN_AFTER = 30.0  # seconds after the dispatcher starts
 UNREACHABLE_AFTER = 3  # probes failed in a row (one per reconcile round) before a cluster is held
-SLOW_TICK_SECONDS = 0.5  # a tick this long is logged with the time each of its phases took
+SLOW_TICK_SECONDS = 0.5  # a tick or round this long is logged with the time each of its phases took
 
 
 @dataclass
@@ -59,7 +59,8 @@ class Every:
 
 @dataclass
 class Laps:
-    """The time each phase of one tick took, on the monotonic clock (for event=slow_tick)."""
+    """The time each phase of one tick or round took, on the monotonic clock (for event=slow_tick
+    and event=slow_reconcile)."""
 
     clock: Clock
     began: float = 0.0
