@@ -231,7 +231,7 @@ class GrantingSlots:
     def ensure_limit(self, name: str) -> None:
         pass
 
-    def try_acquire(self, name: str, lease_seconds: int) -> str | None:
+    def try_acquire(self, name: str, lease_seconds: int, fail_fast: bool = False) -> str | None:
         lease = str(uuid.uuid4())
         self.leases[lease] = name
         return lease
@@ -239,7 +239,7 @@ class GrantingSlots:
     def renew(self, lease_id: str, lease_seconds: int) -> bool:
         return lease_id in self.leases
 
-    def release(self, lease_id: str) -> None:
+    def release(self, lease_id: str, fail_fast: bool = False) -> None:
         self.leases.pop(lease_id, None)
 
     def active_slots(self, name: str) -> int:

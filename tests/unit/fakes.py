@@ -1080,7 +1080,7 @@ class FakeSlots:
     def renew(self, lease_id: str, lease_seconds: int) -> bool:
         return lease_id in self.leases
 
-    def release(self, lease_id: str) -> None:
+    def release(self, lease_id: str, fail_fast: bool = False) -> None:
         with self._lock:
             self.released.append(lease_id)
             self.leases.pop(lease_id, None)

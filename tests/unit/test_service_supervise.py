@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from tests.unit.fakes import acquiring, running
 
+from falcon.domain.errors import TemporaryError
 from falcon.domain.lifecycle import Phase, RunSuperseded
 from falcon.services import acquisition, reconcile
 from falcon.services.context import Services, load_attempt
@@ -61,3 +62,23 @@ def test_a_restarted_attempt_is_recorded_before_its_run_starts(svc: Services) ->
     (_, lease, attempt) = svc.launcher.acquires[-1]  # type: ignore[attr-defined]
     assert recorded == [(lease, attempt)] and attempt == 2
     assert load_attempt(svc, "t1", lease).task.id == "t1"
+
+
+def test_a_busy_slot_service_defers_a_restart_to_the_next_round(svc: Services) -> None:
+    """The round asks with fail_fast: a busy Prefect is not waited out (its client's back-off
+    reached 62 s in bench_scale, holding every Job's follow-up), the task keeps its attempt, and
+    the next round restarts it."""
+    acquiring(svc, "t1")
+
+    def busy_once(_name: str) -> None:
+        svc.slots.on_acquire.clear()  # type: ignore[attr-defined]
+        raise TemporaryError("Prefect API busy: 503")
+
+    svc.slots.on_acquire.append(busy_once)  # type: ignore[attr-defined]
+    attempt = svc.store.progress["t1"].attempt  # type: ignore[attr-defined]
+    launched = list(svc.launcher.acquires)  # type: ignore[attr-defined]
+    reconcile.supervise_runs(svc)
+    assert svc.launcher.acquires == launched  # type: ignore[attr-defined]
+    assert svc.store.progress["t1"].attempt == attempt  # type: ignore[attr-defined]
+    assert reconcile.supervise_runs(svc) == ["t1"]
+    assert svc.store.progress["t1"].attempt == attempt + 1  # type: ignore[attr-defined]

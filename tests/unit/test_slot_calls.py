@@ -63,3 +63,14 @@ def test_without_fail_fast_prefect_retries_as_configured(prefect_api: respx.Mock
     )
     assert slots.try_acquire("falcon:c1:2x2", 60) == "9b3c"  # after Prefect's ~2 s back-off
     assert route.call_count == 2
+
+
+def test_a_release_fails_fast_too(prefect_api: respx.MockRouter) -> None:
+    route = prefect_api.post(f"{API}/v2/concurrency_limits/decrement-with-lease").mock(
+        side_effect=[httpx.Response(503), httpx.Response(204)]
+    )
+    lease = "2f1c5a56-3d4e-4d8e-9a35-0d6b1f0f3c11"
+    with pytest.raises(TemporaryError, match="503"):
+        slots.release(lease, fail_fast=True)
+    slots.release(lease, fail_fast=True)
+    assert route.call_count == 2 and route.calls[-1].request.content == f'{{"lease_id":"{lease}"}}'.encode()

@@ -98,6 +98,7 @@ def try_acquire(name: str, lease_seconds: int, fail_fast: bool = False) -> str |
 
 
 INCREMENT_WITH_LEASE = "/v2/concurrency_limits/increment-with-lease"
+DECREMENT_WITH_LEASE = "/v2/concurrency_limits/decrement-with-lease"
 
 
 def _increment_body(name: str, lease_seconds: int) -> dict[str, object]:
@@ -131,10 +132,13 @@ def renew(lease_id: str, lease_seconds: int) -> bool:
 
 
 @prefect_call
-def release(lease_id: str) -> None:
+def release(lease_id: str, fail_fast: bool = False) -> None:
     """Give the slot back; releasing an unknown or expired lease is a no-op on the server."""
-    with _client() as client:
-        client.release_concurrency_slots_with_lease(lease_id=UUID(lease_id))
+    with _busy_is_temporary(fail_fast), _client() as client:
+        if fail_fast:
+            _post_once(client, DECREMENT_WITH_LEASE, {"lease_id": str(UUID(lease_id))})
+        else:
+            client.release_concurrency_slots_with_lease(lease_id=UUID(lease_id))
 
 
 @prefect_call
@@ -156,8 +160,8 @@ class PrefectSlots:
     def renew(self, lease_id: str, lease_seconds: int) -> bool:
         return renew(lease_id, lease_seconds)
 
-    def release(self, lease_id: str) -> None:
-        release(lease_id)
+    def release(self, lease_id: str, fail_fast: bool = False) -> None:
+        release(lease_id, fail_fast)
 
     def reset(self, name: str) -> None:
         reset(name)

@@ -170,9 +170,12 @@ def _restart_acquire(services: Services, p: Progress) -> None:
     is the recorded attempt), and only while the task still acquires; this read may be stale."""
     lease, slots, store = p.lease_id, services.slots, services.store
     if p.acquire_run_id is not None and p.queue is not None:  # its run died: take the slot anew
-        if lease:
-            slots.release(lease)
-        lease = slots.try_acquire(p.queue.slot_name, services.settings.slot_lease_seconds)
+        try:  # a busy Prefect is asked again next round, not waited out (its back-off reaches 62 s)
+            if lease:
+                slots.release(lease, fail_fast=True)
+            lease = slots.try_acquire(p.queue.slot_name, services.settings.slot_lease_seconds, fail_fast=True)
+        except TemporaryError:
+            return
         if lease is None:
             return  # still held; repair_slots or the lease expiry frees it
     attempt = p.attempt + (1 if p.acquire_run_id else 0)
