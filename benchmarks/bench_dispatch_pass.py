@@ -228,7 +228,7 @@ class GrantingSlots:
     def __init__(self) -> None:
         self.leases: dict[str, str] = {}
 
-    def ensure_limit(self, name: str) -> None:
+    def ensure_limit(self, name: str, fail_fast: bool = False) -> None:
         pass
 
     def try_acquire(self, name: str, lease_seconds: int, fail_fast: bool = False) -> str | None:

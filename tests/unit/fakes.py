@@ -1062,7 +1062,7 @@ class FakeSlots:
     def holder(self, name: str) -> str | None:
         return next((lease for lease, slot in self.leases.items() if slot == name), None)
 
-    def ensure_limit(self, name: str) -> None:
+    def ensure_limit(self, name: str, fail_fast: bool = False) -> None:
         self.limits.add(name)
 
     def try_acquire(self, name: str, lease_seconds: int, fail_fast: bool = False) -> str | None:

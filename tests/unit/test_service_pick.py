@@ -258,3 +258,23 @@ def test_a_busy_slot_service_skips_that_queue_for_one_tick_only(
     assert svc.store.progress["a"].phase is Phase.WAITING
     assert dispatcher.tick().picked == ["a"]
     assert dispatcher.tick().repaired == []
+
+
+def test_a_limit_the_slot_service_cannot_confirm_is_asked_again_next_tick(
+    svc: Services, dispatcher: Dispatcher
+) -> None:
+    """Making sure of a queue's limit fails fast like the slot call: the queue waits one tick."""
+    submit(svc, "a", topology="2x2")
+    calls: list[bool] = []
+    original = svc.slots.ensure_limit
+
+    def busy_once(name: str, fail_fast: bool = False) -> None:
+        calls.append(fail_fast)
+        if len(calls) == 1:
+            raise TemporaryError("Prefect API busy: 503")
+        original(name, fail_fast)
+
+    svc.slots.ensure_limit = busy_once  # type: ignore[method-assign]
+    assert dispatcher.tick().picked == []
+    assert dispatcher.tick().picked == ["a"]
+    assert calls == [True, True]

@@ -74,3 +74,37 @@ def test_a_release_fails_fast_too(prefect_api: respx.MockRouter) -> None:
         slots.release(lease, fail_fast=True)
     slots.release(lease, fail_fast=True)
     assert route.call_count == 2 and route.calls[-1].request.content == f'{{"lease_id":"{lease}"}}'.encode()
+
+
+def test_a_sound_limit_is_made_sure_of_with_one_request(prefect_api: respx.MockRouter) -> None:
+    read = prefect_api.get(f"{API}/v2/concurrency_limits/falcon:c1:2x2").mock(
+        side_effect=[httpx.Response(200, json={"limit": 1, "active": True}), httpx.Response(503)]
+    )
+    slots.ensure_limit("falcon:c1:2x2", fail_fast=True)
+    assert read.call_count == 1 and len(prefect_api.calls) == 1
+    with pytest.raises(TemporaryError, match="503"):
+        slots.ensure_limit("falcon:c1:2x2", fail_fast=True)
+    assert read.call_count == 2
+
+
+def test_an_altered_limit_is_mended_through_the_client(prefect_api: respx.MockRouter) -> None:
+    prefect_api.get(f"{API}/v2/concurrency_limits/falcon:c1:2x2").mock(
+        return_value=httpx.Response(
+            200,
+            json={
+                "id": "6a1f3c7e-2b4d-4e8f-9a0b-1c2d3e4f5a6b",
+                "name": "falcon:c1:2x2",
+                "limit": 2,
+                "active": True,
+                "active_slots": 0,
+                "slot_decay_per_second": 0.0,
+                "created": "2026-12-01T00:00:00Z",
+                "updated": "2026-12-01T00:00:00Z",
+            },
+        )
+    )
+    update = prefect_api.patch(f"{API}/v2/concurrency_limits/falcon:c1:2x2").mock(
+        return_value=httpx.Response(204)
+    )
+    slots.ensure_limit("falcon:c1:2x2", fail_fast=True)
+    assert update.call_count == 1 and b'"limit":1' in update.calls[0].request.content

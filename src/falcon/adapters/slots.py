@@ -63,8 +63,12 @@ def _client() -> Iterator[SyncPrefectClient]:
 
 
 @prefect_call
-def ensure_limit(name: str) -> None:
-    with _client() as client:
+def ensure_limit(name: str, fail_fast: bool = False) -> None:
+    """Make sure the queue's limit exists with limit 1, active. With ``fail_fast`` the usual case,
+    a sound limit, is one request; a missing or altered one is mended through the client."""
+    with _busy_is_temporary(fail_fast), _client() as client:
+        if fail_fast and _limit_is_sound(client, name):
+            return
         try:
             found = client.read_global_concurrency_limit_by_name(name)
             if found.limit != 1 or not found.active:
@@ -104,6 +108,17 @@ DECREMENT_WITH_LEASE = "/v2/concurrency_limits/decrement-with-lease"
 def _increment_body(name: str, lease_seconds: int) -> dict[str, object]:
     """The body SyncPrefectClient.increment_concurrency_slots_with_lease sends."""
     return {"names": [name], "slots": 1, "mode": "concurrency", "lease_duration": lease_seconds}
+
+
+def _limit_is_sound(client: SyncPrefectClient, name: str) -> bool:
+    """The limit exists with limit 1 and is active (one GET, as read_global_concurrency_limit_by_name)."""
+    http = client._client
+    response = httpx.Client.send(http, http.build_request("GET", f"/v2/concurrency_limits/{name}"))
+    if response.status_code == 404:
+        return False
+    response.raise_for_status()
+    found = response.json()
+    return bool(found.get("limit") == 1 and found.get("active"))
 
 
 def _post_once(client: SyncPrefectClient, path: str, body: dict[str, object]) -> httpx.Response:
@@ -151,8 +166,8 @@ def reset(name: str) -> None:
 class PrefectSlots:
     """The slots port on Prefect's global concurrency limits (the functions above)."""
 
-    def ensure_limit(self, name: str) -> None:
-        ensure_limit(name)
+    def ensure_limit(self, name: str, fail_fast: bool = False) -> None:
+        ensure_limit(name, fail_fast)
 
     def try_acquire(self, name: str, lease_seconds: int, fail_fast: bool = False) -> str | None:
         return try_acquire(name, lease_seconds, fail_fast)

@@ -118,10 +118,10 @@ def schedule(
     wait for it. A queue whose task is picked then has its positions written again."""
     result = ScheduleResult(messages_written=_refresh_messages(store, book, say, now, held or {}))
     for queue, task in choose(book, acquiring, held):
-        if queue not in book.limits:
-            slots.ensure_limit(queue.slot_name)
-            book.limits.add(queue)
         try:
+            if queue not in book.limits:
+                slots.ensure_limit(queue.slot_name, fail_fast=True)
+                book.limits.add(queue)
             lease_id = slots.try_acquire(queue.slot_name, lease_seconds, fail_fast=True)
         except TemporaryError:
             result.busy.append(queue)  # asked again next tick, not waited for in this one
