@@ -86,7 +86,8 @@ def try_acquire(name: str, lease_seconds: int, fail_fast: bool = False) -> str |
     with _busy_is_temporary(fail_fast), _client() as client:
         try:
             if fail_fast:
-                response = _post_once(client, INCREMENT_WITH_LEASE, _increment_body(name, lease_seconds))
+                body = {"names": [name], "slots": 1, "mode": "concurrency", "lease_duration": lease_seconds}
+                response = _post_once(client, INCREMENT_WITH_LEASE, body)
             else:
                 response = client.increment_concurrency_slots_with_lease(
                     names=[name], slots=1, mode="concurrency", lease_duration=lease_seconds
@@ -105,15 +106,9 @@ INCREMENT_WITH_LEASE = "/v2/concurrency_limits/increment-with-lease"
 DECREMENT_WITH_LEASE = "/v2/concurrency_limits/decrement-with-lease"
 
 
-def _increment_body(name: str, lease_seconds: int) -> dict[str, object]:
-    """The body SyncPrefectClient.increment_concurrency_slots_with_lease sends."""
-    return {"names": [name], "slots": 1, "mode": "concurrency", "lease_duration": lease_seconds}
-
-
 def _limit_is_sound(client: SyncPrefectClient, name: str) -> bool:
     """The limit exists with limit 1 and is active (one GET, as read_global_concurrency_limit_by_name)."""
-    http = client._client
-    response = httpx.Client.send(http, http.build_request("GET", f"/v2/concurrency_limits/{name}"))
+    response = _send_once(client, "GET", f"/v2/concurrency_limits/{name}")
     if response.status_code == 404:
         return False
     response.raise_for_status()
@@ -122,14 +117,21 @@ def _limit_is_sound(client: SyncPrefectClient, name: str) -> bool:
 
 
 def _post_once(client: SyncPrefectClient, path: str, body: dict[str, object]) -> httpx.Response:
+    response = _send_once(client, "POST", path, body)
+    response.raise_for_status()
+    return response
+
+
+def _send_once(
+    client: SyncPrefectClient, method: str, path: str, body: dict[str, object] | None = None
+) -> httpx.Response:
     """One request with the client's base URL, headers and connection, without its retry loop:
     Prefect's sleeps 2 s, 4 s, ... after a 429 or 503, and even after the last try when retries
     are set to none, so no setting makes it fail fast."""
     http = client._client  # PrefectHttpxSyncClient: an httpx.Client whose send() wraps the retries
-    response = httpx.Client.send(http, http.build_request("POST", path, json=body))
-    if response.status_code == 403:  # a server asking for a CSRF token: the client's path gets one
-        return http.post(path, json=body)
-    response.raise_for_status()
+    response = httpx.Client.send(http, http.build_request(method, path, json=body))
+    if response.status_code == 403 and method != "GET":  # a server asking for a CSRF token
+        return http.request(method, path, json=body)  # the client's path gets one
     return response
 
 

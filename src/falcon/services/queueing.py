@@ -82,7 +82,6 @@ class QueueBook:
 class ScheduleResult:
     picks: list[Pick] = field(default_factory=list)
     slot_held: list[QueueKey] = field(default_factory=list)  # free in the database, held in Prefect
-    busy: list[QueueKey] = field(default_factory=list)  # the slot service did not answer in time
     messages_written: int = 0
 
 
@@ -124,8 +123,7 @@ def schedule(
                 book.limits.add(queue)
             lease_id = slots.try_acquire(queue.slot_name, lease_seconds, fail_fast=True)
         except TemporaryError:
-            result.busy.append(queue)  # asked again next tick, not waited for in this one
-            continue
+            continue  # the slot service did not answer in time: asked again next tick
         if lease_id is None:
             result.slot_held.append(queue)
             continue
