@@ -13,12 +13,16 @@ $(BIN)/.installed: pyproject.toml
 
 install: $(BIN)/.installed
 
-# MariaDB for the real-MySQL tests, PostgreSQL for the chaos run's Prefect server (Debian's
-# packages; the suite starts its own throwaway servers).
+# MariaDB for the real-MySQL tests, PostgreSQL for the chaos run's Prefect server, Chromium for
+# the Prefect UI test, promtool (in `prometheus`) for the alert rules and shellcheck for the edge
+# bootstrap script (Debian's packages; the suite starts its own throwaway servers).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 system-deps:
 	@missing="$$(command -v mariadbd >/dev/null 2>&1 || echo mariadb-server) \
-	  $$(ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || echo postgresql)"; \
+	  $$(ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || echo postgresql) \
+	  $$(command -v chromium >/dev/null 2>&1 || echo chromium) \
+	  $$(command -v promtool >/dev/null 2>&1 || echo prometheus) \
+	  $$(command -v shellcheck >/dev/null 2>&1 || echo shellcheck)"; \
 	if [ -n "$$(echo $$missing)" ]; then \
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 

@@ -59,6 +59,7 @@ from falcon.adapters.db.migrate import upgrade
 from falcon.adapters.db.orm import JobRow, QueueRotationRow, TaskProgressRow
 from falcon.adapters.db.session import engine_for, session_scope
 from falcon.adapters.db.store import SqlTaskStore
+from falcon.adapters.task_events import PrometheusTaskEvents
 from falcon.domain.lifecycle import Phase
 from falcon.domain.messages import Locale, Messages
 from falcon.domain.model import QueueKey
@@ -279,7 +280,8 @@ def schedule_pass(url: str, book: QueueBook) -> tuple[int, int]:
     with session_scope(url) as session:
         acquiring = repo.acquiring_queues(session)
     store = SqlTaskStore(url)
-    result = schedule(store, book, GrantingSlots(), acquiring, Messages(LOCALE), NOW, LEASE_SECONDS)
+    events = PrometheusTaskEvents(store.clusters)  # each pick logged and counted, as in production
+    result = schedule(store, book, GrantingSlots(), acquiring, Messages(LOCALE), NOW, LEASE_SECONDS, events)
     return len(result.picks), result.messages_written
 
 

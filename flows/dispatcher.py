@@ -24,6 +24,7 @@ from types import FrameType
 from prefect import flow, get_run_logger
 from prefect.context import FlowRunContext
 
+from falcon.adapters.artifacts import ViewArtifact
 from falcon.adapters.clock import StoppableClock, utc_now
 from falcon.adapters.health import database_check, prefect_check, serving_health
 from falcon.adapters.metrics import RECONCILE_SECONDS, timed_tick
@@ -43,7 +44,7 @@ _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | N
 def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = None) -> int:
     with runs_in_process(services()) as svc:
         settings = svc.settings
-        work, log = Dispatcher(svc), get_run_logger()
+        work, log = Dispatcher(svc, publish=ViewArtifact()), get_run_logger()
         ticking = DispatcherLoop(
             timed_tick(work.pick_tick), svc.clock, tick_seconds or settings.tick_seconds, log, name="tick"
         )

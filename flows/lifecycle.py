@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
+from falcon.adapters.runs import tagged_run
 from falcon.bootstrap import services
 from falcon.domain.lifecycle import RunStopped, RunSuperseded, TaskEnded
 from falcon.services.lease import held_lease
@@ -22,6 +23,7 @@ from falcon.tasks import (
     release_task,
     retried,
     submit_job,
+    task_tags,
     wait_node_pool_ready,
     wait_pods_running,
 )
@@ -31,7 +33,7 @@ from falcon.tasks import (
 def task_lifecycle(task_id: str, lease_id: str = "") -> str:
     logger = get_run_logger()
     svc = services()
-    with held_lease(lease_id, svc.settings.slot_lease_seconds, svc.slots):
+    with held_lease(lease_id, svc.settings.slot_lease_seconds, svc.slots), tagged_run(task_tags(task_id)):
         try:
             started = svc.clock.now().isoformat()
             view = load_task(task_id, lease_id)
@@ -59,7 +61,8 @@ def task_lifecycle(task_id: str, lease_id: str = "") -> str:
 @flow(name="task-release", flow_run_name="release-{task_id}")
 def task_release(task_id: str) -> str:
     try:
-        status = retried(release_task, services().settings.release_retry)(task_id)
+        with tagged_run(task_tags(task_id)):
+            status = retried(release_task, services().settings.release_retry)(task_id)
     except RunStopped:
         get_run_logger().info("event=run_stopped task_id=%s", task_id)
         return "Stopped"

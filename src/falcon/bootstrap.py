@@ -27,6 +27,7 @@ from falcon.adapters.db.store import SqlTaskStore
 from falcon.adapters.gke import GkeNodePools
 from falcon.adapters.k8s import KubernetesJobs
 from falcon.adapters.metrics import PrometheusTidalMetrics
+from falcon.adapters.task_events import PrometheusTaskEvents
 from falcon.adapters.tidal_k8s import TidalKubernetes
 from falcon.domain.model import Cluster
 from falcon.domain.pool_economics import CostPolicy
@@ -103,20 +104,22 @@ def build_services(settings: Settings, launcher: Launcher | None = None) -> Serv
     # Prefect is imported here, not above: `falcon tidal` reaches the clusters through Gateways
     # and has no use for it (importing Prefect is seconds of a command's start).
     from falcon.adapters.runs import DeploymentLauncher
-    from falcon.adapters.slots import PrefectSlots
+    from falcon.adapters.slots import PrefectSlots, SlotNames
 
     gateways = Gateways(settings)
+    store = SqlTaskStore(settings.resolved_database_url)
     return Services(
         settings=settings,
-        store=SqlTaskStore(settings.resolved_database_url),
+        store=store,
         node_pools=gateways.node_pools,
         reservations=gateways.reservations,
         workload_policies=gateways.workload_policies,
         jobs=gateways.jobs,
-        slots=PrefectSlots(),
+        slots=PrefectSlots(SlotNames(store.clusters)),
         launcher=launcher or DeploymentLauncher(),
         clock=SystemClock(),
         keep_policy=CostPolicy(settings.pool_creation_prior_seconds),
+        events=PrometheusTaskEvents(store.clusters),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -12,11 +13,13 @@ import typer
 
 from falcon.adapters.clock import utc_now
 from falcon.cli_db import database, database_url
-from falcon.domain.model import Cluster, ClusterStatus, is_zone, region_of
+from falcon.domain.model import Cluster, ClusterStatus, QueueKey, is_zone, queue_label, region_of
 from falcon.tidal_cli import tidal_app
 
 if TYPE_CHECKING:
-    pass
+    from sqlalchemy.orm import Session
+
+    from falcon.domain.explain import ReservationRoom, WhyFacts
 
 # Each command imports what it uses, inside its function: `falcon --help` loads neither the
 # settings nor the database layer, the database commands load no Prefect and no cloud client
@@ -123,6 +126,9 @@ def cluster_add(
             zone,
         )
         repo.add_cluster(session, cluster, utc_now())
+    from falcon.adapters.audit import cluster_registered
+
+    cluster_registered(cluster)
     typer.echo(f"registered {cluster.id} {project}/{location}/{name}")
 
 
@@ -213,6 +219,117 @@ def task_show(task_id: str) -> None:
     fields["spec"] = task.spec
     fields["phase"] = progress.phase if progress else None
     typer.echo(json.dumps(fields, ensure_ascii=False, indent=2))
+
+
+@task_app.command("why")
+def task_why(
+    task_id: str,
+    compute: Annotated[
+        bool, typer.Option("--compute", help="ask Compute for the reservation's free nodes")
+    ] = False,
+) -> None:
+    """Why the task is where it is: its place in its queue, what the queue waits for, the
+    reservation, and an ETA to Running from the queue's observed acquisitions."""
+    _short_lived()
+    from falcon.domain.explain import explain
+
+    with database() as session:
+        found = _why_facts(session, task_id)
+    if found is None:
+        raise typer.Exit(code=_missing(task_id))
+    facts, cluster = found
+    if compute and cluster is not None and facts.reservation is not None:
+        facts = replace(facts, reservation=_compute_room(cluster, facts.reservation))
+    for line in explain(facts, utc_now()):
+        typer.echo(line)
+
+
+def _why_facts(session: Session, task_id: str) -> tuple[WhyFacts, Cluster | None] | None:
+    """What `why` says about the task, read in one unit of work, with its cluster; None for an
+    unknown id."""
+    from falcon.adapters.db import repository as repo
+    from falcon.domain.eta import HISTORY, acquisition_seconds
+    from falcon.domain.explain import WhyFacts
+    from falcon.domain.status import Reason, Status
+
+    task, cluster, progress = repo.task_view_rows(session, task_id)
+    if task is None:
+        return None
+    queue = progress.queue if progress else None
+    acquiring_at, running_at = repo.acquisition_times(session, task_id)
+    facts = WhyFacts(
+        task=task,
+        phase=progress.phase if progress else None,
+        queue=_queue_name(cluster, queue),
+        cluster=cluster.name if cluster else None,
+        acquiring_at=acquiring_at,
+        running_at=running_at,
+        outcome=progress.outcome if progress else None,
+    )
+    if queue is None or task.status is not Status.PENDING:
+        return facts, cluster
+    return replace(
+        facts,
+        order=tuple(repo.waiting_order(session, queue)) if task.reason is Reason.WAITING else (),
+        acquirer=repo.queue_acquirer(session, queue),
+        reservation=_reservation_room(session, cluster, queue.topology) if cluster else None,
+        history=acquisition_seconds(repo.acquisition_history(session, queue, HISTORY)),
+    ), cluster
+
+
+def _queue_name(cluster: Cluster | None, queue: QueueKey | None) -> str | None:
+    """The queue's label (as run tags and slots show it), or its cluster id and topology when
+    the cluster is no longer registered."""
+    if queue is None:
+        return None
+    return queue_label(cluster, queue.topology) if cluster else f"{queue.cluster_id}:{queue.topology}"
+
+
+def _reservation_room(session: Session, cluster: Cluster, topology: str) -> ReservationRoom | None:
+    """What Falcon's own records say of the cluster's reservation: its pools on it, their nodes."""
+    from falcon.adapters.db import repository as repo
+    from falcon.domain.explain import ReservationRoom
+
+    if cluster.default_reservation is None:
+        return None
+    held = repo.pools_on_reservation(session, cluster.id, cluster.default_reservation)
+    return ReservationRoom(
+        name=cluster.default_reservation,
+        pools=len(held),
+        nodes=sum(_nodes(cluster.tpu_type, t) for t in held),
+        needed=_nodes(cluster.tpu_type, topology),
+    )
+
+
+def _nodes(tpu_type: str, topology: str) -> int:
+    """A pool's node count; 0 for a shape Falcon cannot resolve (it would never have created it)."""
+    from falcon.domain.topology import resolve_shape
+
+    try:
+        return resolve_shape(tpu_type, topology).nodes
+    except ValueError:
+        return 0
+
+
+def _compute_room(cluster: Cluster, room: ReservationRoom) -> ReservationRoom:
+    """The reservation's free nodes as Compute reports them, through the adapter the dispatcher
+    uses; whatever keeps Compute from answering (unreachable, no credentials, a refusal) is said
+    in the answer, not raised."""
+    from falcon.bootstrap import Gateways
+    from falcon.domain.node_pools import ReservationRef
+    from falcon.settings import get_settings
+
+    try:
+        ref = ReservationRef.parse(room.name, cluster.project)
+        capacity = Gateways(get_settings()).reservations.capacity(ref, cluster.node_zone)
+    except Exception as exc:
+        return replace(room, problem=_first_line(exc))
+    return replace(room, capacity=capacity)
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:160]}" if text else type(exc).__name__
 
 
 @task_app.command("abort")

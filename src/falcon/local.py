@@ -223,10 +223,21 @@ def run_local(with_emulator: bool, emulator_config: Path | None, emulator_port: 
                 emulator(emulator_config, emulator_port, settings.home / "emulator")
             )
             print(f"emulator: {emulator_url}", flush=True)
+        port = choose_health_port()
         runner = stack.enter_context(served_stack(settings.home, url, emulator_url))
+        print(f"dispatcher metrics: http://127.0.0.1:{port}/metrics", flush=True)
         print("serving Falcon's deployments; Ctrl-C stops everything", flush=True)
         return 0 if runner.wait() == 0 else 1
     return 0  # stopped by a signal: everything above has been shut down
+
+
+def choose_health_port() -> int:
+    """The port of the dispatcher's probes and ``/metrics``: ``FALCON_HEALTH_PORT`` when set, else
+    a free one, put in the environment the served flow runs inherit. Each dispatcher run binds it
+    for its loop; between two runs (every 600 s) it is closed for a moment."""
+    port = int(os.environ.get("FALCON_HEALTH_PORT") or 0) or free_port()
+    os.environ["FALCON_HEALTH_PORT"] = str(port)
+    return port
 
 
 def pin_settings() -> Settings:

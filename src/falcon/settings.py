@@ -107,6 +107,12 @@ class Settings(BaseSettings):
     orphan_scan_seconds: float = Field(
         default=300.0, gt=0, description="how often GKE is scanned for orphans"
     )
+    view_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="how often the dispatcher publishes its view (queues, reservation room, node pools) as a"
+        " Prefect table artifact and as /metrics gauges; 0 = never",
+    )
     poll_seconds: float = Field(default=2.0, gt=0, description="poll interval for GKE operations and pods")
     api_timeout_seconds: float = Field(default=30.0, gt=0)
 

@@ -19,7 +19,7 @@ import pytest
 
 from falcon.adapters.db import repository as repo
 from falcon.domain.lifecycle import Phase, PoolState
-from falcon.domain.model import QueueKey, Task
+from falcon.domain.model import QueueKey, Task, slot_label
 from falcon.domain.status import Reason, Status
 from falcon.services.context import Services
 from falcon_emulator.server import EmulatorServer
@@ -69,7 +69,7 @@ def slot_in_use(queue: QueueKey) -> int:
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
-        return client.read_global_concurrency_limit_by_name(queue.slot_name).active_slots
+        return client.read_global_concurrency_limit_by_name(slot_label(CLUSTER, queue.topology)).active_slots
 
 
 def assert_aborted(services: Services, emulator: EmulatorServer, task_id: str) -> Task:

@@ -16,12 +16,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
 import pytest
 
+from falcon.adapters.artifacts import VIEW_KEY
 from falcon.local import free_port
+from tests.integration.browser import chromium
 from tests.integration.harness import clean_env, wait_http
 
 FALCON = str(Path(sys.executable).with_name("falcon"))
@@ -240,6 +243,32 @@ def pickup_after_killing(
     return time.monotonic() - killed
 
 
+ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS_DIR") or Path(__file__).parents[2] / "test-artifacts")
+
+
+def look_at_the_prefect_ui(ui: str) -> None:
+    """What an operator does after the demo: find one task's runs by its tag on the Runs page,
+    then a version of the dispatcher's queue table (one showing a queue of edge-a) under its key
+    on the Artifacts page; a screenshot of each is kept."""
+    with chromium() as page:
+        page.open(f"{ui}/runs?tag=task:demo-001", "acquire-demo-001", "release-demo-001", "actor:")
+        assert "acquire-demo-002" not in page.text()  # only that task's runs
+        page.screenshot(ARTIFACTS / "prefect-ui-runs-of-demo-001.png")
+        versions = page.open(f"{ui}/artifacts/key/{VIEW_KEY}", VIEW_KEY)
+        shown = next(a for a in _view_artifacts(ui) if "edge-a:" in json.dumps(a["data"]))
+        assert shown["id"][:8] in versions  # the key's page lists it
+        page.open(f"{ui}/artifacts/artifact/{shown['id']}", "edge-a:", "reservation room", "acquiring")
+        page.screenshot(ARTIFACTS / "prefect-ui-queue-artifact.png")
+
+
+def _view_artifacts(ui: str) -> list[dict[str, Any]]:
+    """The dispatcher's views, newest first, as Prefect's API lists them."""
+    body = {"artifacts": {"key": {"any_": [VIEW_KEY]}}, "sort": "CREATED_DESC", "limit": 200}
+    found = httpx.post(f"{ui}/api/artifacts/filter", json=body, timeout=10)
+    found.raise_for_status()
+    return list(found.json())
+
+
 def test_the_demo_runs_sample_tasks_to_succeeded_and_sigterm_stops_all_of_it(tmp_path: Path) -> None:
     home = (tmp_path / "home").resolve()
     env = clean_env(FALCON_HOME=str(home))
@@ -253,5 +282,6 @@ def test_the_demo_runs_sample_tasks_to_succeeded_and_sigterm_stops_all_of_it(tmp
         final = text.split("all tasks finished")[0].strip().split("\n\n")[-1]
         assert final.count("Succeeded") == 3, final
         assert "node pools created" in text and "remaining none" in text  # all pools deleted
+        look_at_the_prefect_ui(text.split("Prefect UI: ")[1].split()[0])
         stop_and_check_nothing_left(proc, home / "demo", signal.SIGTERM)
     assert proc.returncode == 0

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import session_scope
 from falcon.adapters.db.store import SqlTaskStore
+from falcon.adapters.task_events import PrometheusTaskEvents
 from falcon.domain.messages import Locale, Messages
 from falcon.domain.status import Reason, Status
 from falcon.services.intake import take_in
@@ -107,7 +108,13 @@ def upstream_db(db_url: str) -> str:
 def _take_in(url: str) -> None:
     """One intake pass as the dispatcher makes it: a snapshot, then each row's decision written."""
     store = SqlTaskStore(url)
-    take_in(store, store.snapshot(intake_batch=500, with_book=False), Messages(Locale.EN), NOW)
+    take_in(
+        store,
+        store.snapshot(intake_batch=500, with_book=False),
+        Messages(Locale.EN),
+        NOW,
+        PrometheusTaskEvents(store.clusters),
+    )
 
 
 def _tasks(url: str) -> dict[str, repo.Task]:

@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from falcon.domain.errors import ConflictError, NotFoundError, PermanentError, TemporaryError
+from falcon.domain.events import ResourceView, Stage, TaskMove
 from falcon.domain.job_manifest import TASK_ID_ANNOTATION
 from falcon.domain.lifecycle import (
     NodePool,
@@ -1134,6 +1135,42 @@ class FakeLauncher:
 # -- wiring ---------------------------------------------------------------------------------------
 
 
+# -- events ------------------------------------------------------------------------------------
+
+
+class FakeTaskEvents:
+    """Records what the services report, in order."""
+
+    def __init__(self) -> None:
+        self.moves: list[TaskMove] = []
+        self.created: list[tuple[QueueKey, ProvisioningMode, bool]] = []
+        self.reused: list[tuple[QueueKey, str]] = []
+        self.swept: list[tuple[str, str, list[str]]] = []
+        self.views: list[ResourceView] = []
+
+    def moved(self, move: TaskMove) -> None:
+        self.moves.append(move)
+
+    def pool_created(self, queue: QueueKey, mode: ProvisioningMode, fallback: bool) -> None:
+        self.created.append((queue, mode, fallback))
+
+    def pool_reused(self, queue: QueueKey, how: str) -> None:
+        self.reused.append((queue, how))
+
+    def orphans_swept(self, cluster_id: str, kind: str, names: Sequence[str]) -> None:
+        self.swept.append((cluster_id, kind, list(names)))
+
+    def resources_seen(self, view: ResourceView) -> None:
+        self.views.append(view)
+
+    def path(self, task_id: str) -> list[tuple[Stage, Stage]]:
+        """The task's moves as (from, to), in order."""
+        return [(m.source, m.target) for m in self.moves if m.task_id == task_id]
+
+    def of(self, task_id: str) -> list[TaskMove]:
+        return [m for m in self.moves if m.task_id == task_id]
+
+
 class _ExplicitSettings(Settings):
     """Settings from the arguments only: no FALCON_* environment, no dotenv."""
 
@@ -1177,6 +1214,7 @@ def make_services(clock: FakeClock | None = None, **settings: Any) -> Services:
         launcher=FakeLauncher(),
         clock=clock,
         keep_policy=CostPolicy(TEST_SETTINGS["pool_creation_prior_seconds"]),
+        events=FakeTaskEvents(),
     )
 
 
@@ -1254,6 +1292,12 @@ def one_cluster(**cluster_fields: Any) -> Services:
     svc = make_services()
     svc.store.add_cluster(cluster("c1", **cluster_fields))
     return svc
+
+
+def events_of(svc: Services) -> FakeTaskEvents:
+    """The fake events port the services report to."""
+    assert isinstance(svc.events, FakeTaskEvents)
+    return svc.events
 
 
 def k8s_of(svc: Services) -> FakeClusterJobs:

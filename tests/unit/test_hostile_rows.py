@@ -342,7 +342,9 @@ def test_a_batch_fails_each_bad_row_alone_naming_the_field_and_queues_the_good_o
 ) -> None:
     svc = one_cluster()  # a fresh world per example (the svc fixture would be shared by all of them)
     ids = [insert(svc, {**row, "id": f"t{i}{row.get('id', '')}"}) for i, (_, (row, _f)) in enumerate(rows)]
-    report = take_in(svc.store, svc.store.snapshot(500, with_book=False), svc.say, svc.clock.now())
+    report = take_in(
+        svc.store, svc.store.snapshot(500, with_book=False), svc.say, svc.clock.now(), svc.events
+    )
 
     for task_id, (bad, (_row, field)) in zip(ids, rows, strict=True):
         task = svc.store.task(task_id)
@@ -464,7 +466,7 @@ def test_any_topology_is_queued_under_its_one_spelling_or_refused_naming_topolog
 ) -> None:
     svc = one_cluster(tpu_type=tpu_type)
     insert(svc, {"spec": spec_with(topology=topology), "tpu_type": tpu_type})
-    take_in(svc.store, svc.store.snapshot(500, with_book=False), svc.say, svc.clock.now())
+    take_in(svc.store, svc.store.snapshot(500, with_book=False), svc.say, svc.clock.now(), svc.events)
     task = svc.store.task("t")
     assert task is not None and task.message is not None
     if task.status is Status.FAILED:
@@ -514,7 +516,7 @@ def test_any_topology_is_queued_under_its_one_spelling_or_refused_naming_topolog
 )
 def test_what_a_user_is_told(svc: Services, row: dict[str, Any], expected: str) -> None:
     task_id = insert(svc, row)
-    take_in(svc.store, svc.store.snapshot(500, with_book=False), svc.say, svc.clock.now())
+    take_in(svc.store, svc.store.snapshot(500, with_book=False), svc.say, svc.clock.now(), svc.events)
     task = svc.store.task(task_id)
     assert task is not None and task.message is not None
     assert (task.status, task.reason) == (Status.FAILED, Reason.INVALID_SPEC)
@@ -523,7 +525,9 @@ def test_what_a_user_is_told(svc: Services, row: dict[str, Any], expected: str) 
 
 def test_timeout_of_thirty_days_and_a_dollar_in_the_id_are_accepted(svc: Services) -> None:
     insert(svc, {"id": "run$1", "timeout_seconds": MAX_TIMEOUT_SECONDS})
-    report = take_in(svc.store, svc.store.snapshot(500, with_book=False), svc.say, svc.clock.now())
+    report = take_in(
+        svc.store, svc.store.snapshot(500, with_book=False), svc.say, svc.clock.now(), svc.events
+    )
     assert [t.task_id for _, t in report.queued] == ["run$1"]
 
 
@@ -531,5 +535,7 @@ def test_one_shape_spelt_two_ways_is_one_queue(svc: Services) -> None:
     """A queue is one slot: "02X04" and "2x4" must not acquire side by side."""
     insert(svc, {"spec": spec_with(topology="02X04")}, "a")
     insert(svc, {"spec": spec_with(topology="2x4")}, "b")
-    report = take_in(svc.store, svc.store.snapshot(500, with_book=False), svc.say, svc.clock.now())
+    report = take_in(
+        svc.store, svc.store.snapshot(500, with_book=False), svc.say, svc.clock.now(), svc.events
+    )
     assert {q.topology for q, _ in report.queued} == {"2x4"}

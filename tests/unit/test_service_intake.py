@@ -21,7 +21,7 @@ from falcon.services.intake import IntakeReport, take_in
 
 
 def intake(svc: Services) -> IntakeReport:
-    return take_in(svc.store, svc.store.snapshot(500, with_book=False), svc.say, svc.clock.now())
+    return take_in(svc.store, svc.store.snapshot(500, with_book=False), svc.say, svc.clock.now(), svc.events)
 
 
 def test_valid_row_is_queued_waiting() -> None:
@@ -147,7 +147,7 @@ def test_a_row_aborted_before_intake_is_not_taken_in() -> None:
     svc.store.insert_task("t1")
     snapshot = svc.store.snapshot(500, with_book=False)
     assert svc.store.request_abort("t1")  # between the snapshot and the write
-    report = take_in(svc.store, snapshot, svc.say, svc.clock.now())
+    report = take_in(svc.store, snapshot, svc.say, svc.clock.now(), svc.events)
     assert report.queued == [] and report.failed == []
     assert svc.store.task("t1").status is Status.ABORTING
     assert "t1" not in svc.store.progress

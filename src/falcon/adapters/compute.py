@@ -24,7 +24,8 @@ class Reservations:
         """Read the reservation in its owner's project and the pool's zone (reservations are zonal).
 
         ``count`` and ``inUseCount`` count VMs (= GKE nodes), not chips."""
-        with google_errors(f"get reservation {ref.affinity_value} in {ref.project}/{zone}"):
+        what = f"get reservation {ref.affinity_value} in {ref.project}/{zone}"
+        with google_errors(what, "compute", "get_reservation"):
             found = self._client.get(
                 project=ref.project, zone=zone, reservation=ref.name, retry=None, timeout=self._timeout
             )
@@ -61,7 +62,8 @@ class WorkloadPolicies:
             ),
         )
         try:
-            with google_errors(f"create workload policy {name} in {project}/{region}"):
+            what = f"create workload policy {name} in {project}/{region}"
+            with google_errors(what, "compute", "insert_resource_policy"):
                 operation = self._client.insert(
                     project=project,
                     region=region,
@@ -74,7 +76,8 @@ class WorkloadPolicies:
             self._check(self._get(project, region, name), topology)
 
     def _get(self, project: str, region: str, name: str) -> compute_v1.ResourcePolicy:
-        with google_errors(f"get workload policy {name} in {project}/{region}"):
+        what = f"get workload policy {name} in {project}/{region}"
+        with google_errors(what, "compute", "get_resource_policy"):
             return self._client.get(
                 project=project, region=region, resource_policy=name, retry=None, timeout=self._timeout
             )

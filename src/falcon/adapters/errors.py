@@ -1,7 +1,10 @@
-"""Map Google and Kubernetes client exceptions onto Falcon's retry-or-not taxonomy."""
+"""Map Google and Kubernetes client exceptions onto Falcon's retry-or-not taxonomy, and count
+each call named by its ``api`` and ``call`` (``falcon_api_calls_total``, its errors by kind, its
+time)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -12,6 +15,7 @@ from google.api_core import exceptions as gexc
 from google.auth import exceptions as gauth
 from kubernetes.client.exceptions import ApiException
 
+from falcon.adapters.metrics import API_CALLS, API_ERRORS, API_SECONDS
 from falcon.domain.errors import (
     ConflictError,
     FalconError,
@@ -62,23 +66,41 @@ def _is_temporary(exc: gexc.GoogleAPICallError, detail: str) -> bool:
 
 
 @contextmanager
-def google_errors(what: str) -> Iterator[None]:
-    """Translate google-api-core errors raised inside the block; ``what`` names the call."""
+def google_errors(what: str, api: str | None = None, call: str = "") -> Iterator[None]:
+    """Translate google-api-core errors raised inside the block; ``what`` names the call for
+    people, ``api`` and ``call`` (``gke``, ``get_node_pool``) for the metrics (none: not counted)."""
+    began = time.perf_counter()
     try:
         yield
-    except gexc.NotFound as exc:
-        raise NotFoundError(f"{what}: {_google_detail(exc)}") from exc
-    except gexc.Conflict as exc:
-        raise ConflictError(f"{what}: {_google_detail(exc)}") from exc
-    except gexc.GoogleAPICallError as exc:
-        detail = _google_detail(exc)
+    except BaseException as exc:
+        mapped = _google_error(what, exc)
+        if mapped is None:
+            raise
+        error, kind = mapped
+        _count(api, call, began, error, kind)
+        raise error from exc
+    _count(api, call, began)
+
+
+def _google_error(what: str, exc: BaseException) -> tuple[FalconError, str] | None:
+    """Falcon's error for a Google client's, and its kind (the HTTP status, else timeout,
+    connection or auth); None for an exception that is not the client's."""
+    if isinstance(exc, gexc.GoogleAPICallError):
+        code, detail = str(exc.code), _google_detail(exc)
+        if isinstance(exc, gexc.NotFound):
+            return NotFoundError(f"{what}: {detail}"), code
+        if isinstance(exc, gexc.Conflict):
+            return ConflictError(f"{what}: {detail}"), code
         if _is_temporary(exc, detail):
-            raise TemporaryError(f"{what}: {detail}", delay=5 if exc.code == 400 else None) from exc
-        raise PermanentError(f"{what}: {detail}") from exc
-    except (gexc.RetryError, TimeoutError, *_BROKEN_CONNECTION) as exc:
-        raise TemporaryError(f"{what}: {exc}") from exc
-    except gauth.GoogleAuthError as exc:
-        raise _auth_error(what, exc) from exc
+            return TemporaryError(f"{what}: {detail}", delay=5 if exc.code == 400 else None), code
+        return PermanentError(f"{what}: {detail}"), code
+    if isinstance(exc, (gexc.RetryError, TimeoutError, requests.Timeout)):
+        return TemporaryError(f"{what}: {exc}"), "timeout"
+    if isinstance(exc, _BROKEN_CONNECTION):
+        return TemporaryError(f"{what}: {exc}"), "connection"
+    if isinstance(exc, gauth.GoogleAuthError):
+        return _auth_error(what, exc), "auth"
+    return None
 
 
 def _auth_error(what: str, exc: gauth.GoogleAuthError) -> FalconError:
@@ -100,20 +122,60 @@ def _k8s_detail(exc: ApiException) -> str:
 
 
 @contextmanager
-def kubernetes_errors(what: str) -> Iterator[None]:
-    """Translate kubernetes-client errors raised inside the block."""
+def kubernetes_errors(what: str, call: str = "") -> Iterator[None]:
+    """Translate kubernetes-client errors raised inside the block; a ``call`` named is counted
+    under api ``kubernetes``."""
+    began = time.perf_counter()
     try:
         yield
-    except ApiException as exc:
+    except BaseException as exc:
+        mapped = _kubernetes_error(what, exc)
+        if mapped is None:
+            raise
+        error, kind = mapped
+        _count("kubernetes" if call else None, call, began, error, kind)
+        raise error from exc
+    _count("kubernetes" if call else None, call, began)
+
+
+def _kubernetes_error(what: str, exc: BaseException) -> tuple[FalconError, str] | None:
+    if isinstance(exc, ApiException):
         detail = f"{what}: {_k8s_detail(exc)}"
         if exc.status == 404:
-            raise NotFoundError(detail) from exc
+            return NotFoundError(detail), "404"
         if exc.status == 409:
-            raise ConflictError(detail) from exc
-        if exc.status in _RETRYABLE_HTTP or exc.status == 0:
-            raise TemporaryError(detail) from exc
-        raise PermanentError(detail) from exc
-    except (urllib3.exceptions.HTTPError, OSError) as exc:  # resets, timeouts, refused connections
-        raise TemporaryError(f"{what}: {exc}") from exc
-    except gauth.GoogleAuthError as exc:  # the bearer token is refreshed inside the call
-        raise _auth_error(what, exc) from exc
+            return ConflictError(detail), "409"
+        if exc.status == 0:  # no answer at all
+            return TemporaryError(detail), "connection"
+        if exc.status in _RETRYABLE_HTTP:
+            return TemporaryError(detail), str(exc.status)
+        return PermanentError(detail), str(exc.status)
+    if isinstance(exc, (urllib3.exceptions.TimeoutError, TimeoutError)):
+        return TemporaryError(f"{what}: {exc}"), "timeout"
+    if isinstance(exc, (urllib3.exceptions.HTTPError, OSError)):  # resets, refused connections
+        return TemporaryError(f"{what}: {exc}"), "connection"
+    if isinstance(exc, gauth.GoogleAuthError):  # the bearer token is refreshed inside the call
+        return _auth_error(what, exc), "auth"
+    return None
+
+
+_OUTCOMES: dict[type[FalconError], str] = {
+    NotFoundError: "not_found",
+    ConflictError: "conflict",
+    TemporaryError: "retryable",
+}
+
+
+def _count(
+    api: str | None, call: str, began: float, error: FalconError | None = None, kind: str = ""
+) -> None:
+    if api is None:
+        return
+    API_SECONDS.labels(api, call).observe(time.perf_counter() - began)
+    if error is None:
+        API_CALLS.labels(api, call, "ok").inc()
+        return
+    outcome = _OUTCOMES.get(type(error), "retryable" if isinstance(error, TemporaryError) else "final")
+    API_CALLS.labels(api, call, outcome).inc()
+    retryable = "true" if isinstance(error, TemporaryError) else "false"
+    API_ERRORS.labels(api, call, kind, retryable).inc()

@@ -36,12 +36,12 @@ class GkeNodePools:
         self._timeout = timeout
 
     def endpoint(self, cluster: Cluster) -> ClusterEndpoint:
-        with google_errors(f"get cluster {cluster.name}"):
+        with google_errors(f"get cluster {cluster.name}", "gke", "get_cluster"):
             found = self._client.get_cluster(name=cluster_path(cluster), retry=None, timeout=self._timeout)
         return ClusterEndpoint(found.endpoint, found.master_auth.cluster_ca_certificate)
 
     def get(self, cluster: Cluster, name: str) -> PoolStatus:
-        with google_errors(f"get node pool {name}"):
+        with google_errors(f"get node pool {name}", "gke", "get_node_pool"):
             pool = self._client.get_node_pool(
                 name=f"{cluster_path(cluster)}/nodePools/{name}", retry=None, timeout=self._timeout
             )
@@ -50,7 +50,7 @@ class GkeNodePools:
         return PoolStatus(pool.name, container_v1.NodePool.Status(pool.status).name, detail)
 
     def list_names(self, cluster: Cluster) -> list[str]:
-        with google_errors(f"list node pools of {cluster.name}"):
+        with google_errors(f"list node pools of {cluster.name}", "gke", "list_node_pools"):
             found = self._client.list_node_pools(
                 parent=cluster_path(cluster), retry=None, timeout=self._timeout
             )
@@ -58,7 +58,7 @@ class GkeNodePools:
 
     def create(self, cluster: Cluster, plan: NodePoolPlan) -> str:
         """Start creating the pool; returns the operation name. ConflictError if it exists."""
-        with google_errors(f"create node pool {plan.name}"):
+        with google_errors(f"create node pool {plan.name}", "gke", "create_node_pool"):
             op = self._client.create_node_pool(
                 parent=cluster_path(cluster), node_pool=to_node_pool(plan), retry=None, timeout=self._timeout
             )
@@ -66,7 +66,7 @@ class GkeNodePools:
 
     def delete(self, cluster: Cluster, name: str) -> str:
         """Start deleting the pool; returns the operation name. NotFoundError if it is gone."""
-        with google_errors(f"delete node pool {name}"):
+        with google_errors(f"delete node pool {name}", "gke", "delete_node_pool"):
             op = self._client.delete_node_pool(
                 name=f"{cluster_path(cluster)}/nodePools/{name}", retry=None, timeout=self._timeout
             )
@@ -79,7 +79,7 @@ class GkeNodePools:
         finds the pool in ERROR or gone: GKE's reason lives on the operation, not the pool."""
         parent = f"projects/{cluster.project}/locations/{cluster.location}"
         target = f"/clusters/{cluster.name}/nodePools/{pool_name}"
-        with google_errors(f"list operations of {cluster.name}"):
+        with google_errors(f"list operations of {cluster.name}", "gke", "list_operations"):
             found = self._client.list_operations(parent=parent, retry=None, timeout=self._timeout)
         errors = [
             error

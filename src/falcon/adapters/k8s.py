@@ -26,14 +26,14 @@ class KubernetesJobs:
     def ensure_namespace(self, namespace: str) -> None:
         body = k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace))
         try:
-            with kubernetes_errors(f"create namespace {namespace}"):
+            with kubernetes_errors(f"create namespace {namespace}", "create_namespace"):
                 self._core.create_namespace(body, _request_timeout=self._timeout)
         except ConflictError:
             pass
 
     def create_job(self, namespace: str, manifest: dict[str, Any]) -> str:
         """Create the Job and return its uid; ConflictError if a Job of that name exists."""
-        with kubernetes_errors(f"create Job {manifest['metadata']['name']}"):
+        with kubernetes_errors(f"create Job {manifest['metadata']['name']}", "create_job"):
             # The manifest stays a plain dict (rendered by the pure core); the client serialises it.
             created = self._batch.create_namespaced_job(
                 namespace,
@@ -43,7 +43,7 @@ class KubernetesJobs:
         return str(created.metadata.uid if created.metadata else "")
 
     def get_job(self, namespace: str, name: str) -> JobState:
-        with kubernetes_errors(f"get Job {name}"):
+        with kubernetes_errors(f"get Job {name}", "get_job"):
             response = self._batch.read_namespaced_job(
                 name, namespace, _request_timeout=self._timeout, _preload_content=False
             )
@@ -52,7 +52,7 @@ class KubernetesJobs:
     def list_jobs(self, namespace: str, label_selector: str) -> list[JobState]:
         """Jobs are read as the API server's JSON, not the client's models: those cost about a
         millisecond per Job, which the dispatcher would pay for every running Job at every round."""
-        with kubernetes_errors(f"list Jobs in {namespace}"):
+        with kubernetes_errors(f"list Jobs in {namespace}", "list_jobs"):
             response = self._batch.list_namespaced_job(
                 namespace,
                 label_selector=label_selector,
@@ -64,7 +64,7 @@ class KubernetesJobs:
 
     def delete_job(self, namespace: str, name: str) -> None:
         """Delete the Job and its pods (Background: the batch/v1 default would orphan them)."""
-        with kubernetes_errors(f"delete Job {name}"):
+        with kubernetes_errors(f"delete Job {name}", "delete_job"):
             self._batch.delete_namespaced_job(
                 name, namespace, propagation_policy="Background", _request_timeout=self._timeout
             )
@@ -72,7 +72,7 @@ class KubernetesJobs:
     def ensure_service(self, namespace: str, manifest: dict[str, Any]) -> None:
         """Create the Service; one that exists already (an earlier attempt made it) is done."""
         try:
-            with kubernetes_errors(f"create Service {manifest['metadata']['name']}"):
+            with kubernetes_errors(f"create Service {manifest['metadata']['name']}", "create_service"):
                 self._core.create_namespaced_service(
                     namespace,
                     manifest,  # type: ignore[arg-type]
@@ -82,11 +82,11 @@ class KubernetesJobs:
             pass
 
     def delete_service(self, namespace: str, name: str) -> None:
-        with kubernetes_errors(f"delete Service {name}"):
+        with kubernetes_errors(f"delete Service {name}", "delete_service"):
             self._core.delete_namespaced_service(name, namespace, _request_timeout=self._timeout)
 
     def falcon_services(self, namespace: str) -> list[FalconService]:
-        with kubernetes_errors(f"list Services in {namespace}"):
+        with kubernetes_errors(f"list Services in {namespace}", "list_services"):
             found = self._core.list_namespaced_service(
                 namespace, label_selector=f"managed-by={MANAGED_BY}", _request_timeout=self._timeout
             )
@@ -94,7 +94,7 @@ class KubernetesJobs:
 
     def warning_events(self, namespace: str) -> list[ClusterEvent]:
         """Every Warning Event of the namespace in one call (field selector ``type=Warning``)."""
-        with kubernetes_errors(f"list Warning events in {namespace}"):
+        with kubernetes_errors(f"list Warning events in {namespace}", "list_events"):
             found = self._core.list_namespaced_event(
                 namespace, field_selector="type=Warning", _request_timeout=self._timeout
             )
@@ -102,14 +102,14 @@ class KubernetesJobs:
 
     def falcon_pods(self, namespace: str) -> list[PodState]:
         """The pods of every Falcon Job in the namespace, in one call."""
-        with kubernetes_errors(f"list pods in {namespace}"):
+        with kubernetes_errors(f"list pods in {namespace}", "list_pods"):
             found = self._core.list_namespaced_pod(
                 namespace, label_selector=f"managed-by={MANAGED_BY}", _request_timeout=self._timeout
             )
         return [_pod_state(p) for p in found.items]
 
     def job_pods(self, namespace: str, job_name: str) -> list[PodState]:
-        with kubernetes_errors(f"list pods of Job {job_name}"):
+        with kubernetes_errors(f"list pods of Job {job_name}", "list_job_pods"):
             found = self._core.list_namespaced_pod(
                 namespace,
                 label_selector=f"batch.kubernetes.io/job-name={job_name}",

@@ -1,17 +1,29 @@
 """Falcon's metrics on prometheus_client's default registry, which the health server's
 ``/metrics`` route exports (with the process's CPU and memory collectors): the TidalScheduler
-controller's, and the time of the dispatcher's ticks and reconcile rounds, each split into
-Falcon's own work and Prefect API calls."""
+controller's; the time of the dispatcher's ticks and reconcile rounds, each split into Falcon's
+own work and Prefect API calls; the tasks' moves, latencies and outcomes (``task_events``); the
+GKE, Compute and Kubernetes calls (``errors``); and the gauges of what the dispatcher sees
+(``record_view``).
+
+Every collector is created here, once: prometheus_client refuses a second registration of a
+name, and ``infra/`` (the Grafana dashboard, the alert rules) is checked against these names.
+Label ``cluster`` is the cluster's name (``ClusterLabels``), ``topology`` the queue's topology.
+"""
 
 from __future__ import annotations
 
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import ParamSpec, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
+
+from falcon.adapters.known_clusters import KnownClusters
+from falcon.domain.events import ResourceView
+from falcon.domain.lifecycle import NodePool, PoolState
+from falcon.domain.model import Cluster, QueueKey, queue_label
 
 FIRES = Counter("falcon_tidal_fires", "fires applied to a TidalScheduler's status", ["cluster"])
 FIRE_LAG = Histogram(
@@ -100,3 +112,192 @@ def timed_tick(tick: Callable[[], R], histogram: Histogram = TICK_SECONDS) -> Ca
             histogram.labels("falcon").observe(max(0.0, total - prefect))
 
     return observed
+
+
+# -- tasks: moves, latencies, durations, outcomes (written by task_events.PrometheusTaskEvents)
+
+_QUEUE = ["cluster", "topology"]
+# From a second (a pickup) to a day (a long training run); beyond it lands in +Inf.
+_TASK_BUCKETS = (
+    0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,
+    3600.0, 7200.0, 14400.0, 43200.0, 86400.0,
+)  # fmt: skip
+TRANSITIONS = Counter(
+    "falcon_task_transitions",
+    "tasks moved from one stage to the next (new, waiting, acquiring, dispatched, running, releasing, done)",
+    [*_QUEUE, "from", "to"],
+)
+OUTCOMES = Counter(
+    "falcon_task_outcomes",
+    "tasks ended, by Status and Reason (Reason empty for Succeeded and Aborted)",
+    [*_QUEUE, "status", "reason"],
+)
+LATENCY = Histogram(
+    "falcon_task_latency_seconds",
+    "from the row's insert to a milestone: waiting (taken in), dispatched (Job created), running",
+    [*_QUEUE, "milestone"],
+    buckets=_TASK_BUCKETS,
+)
+PHASE_SECONDS = Histogram(
+    "falcon_task_phase_seconds",
+    "time a task spent in a stage, observed when it leaves it, when this process saw it enter",
+    [*_QUEUE, "phase"],
+    buckets=_TASK_BUCKETS,
+)
+RUN_SECONDS = Histogram(
+    "falcon_task_run_seconds",
+    "from the Job's creation (dispatched_at, where the timeout starts) to the outcome known",
+    [*_QUEUE, "status"],
+    buckets=_TASK_BUCKETS,
+)
+DURATION = Histogram(
+    "falcon_task_duration_seconds",
+    "from the row's insert to its terminal status written",
+    [*_QUEUE, "status"],
+    buckets=_TASK_BUCKETS,
+)
+
+# -- node pools and orphans
+
+POOL_CREATIONS = Counter(
+    "falcon_node_pool_creations",
+    "node pools recorded for creation for a task, by decision: reservation, flex_start, or"
+    " fallback (flex-start because the reservation was short of room)",
+    [*_QUEUE, "decision"],
+)
+POOL_REUSES = Counter(
+    "falcon_node_pool_reuses",
+    "creations avoided: a task took an idle pool (kept, warm) or was handed one (hand_over)",
+    [*_QUEUE, "how"],
+)
+ORPHANS = Counter(
+    "falcon_orphans_found",
+    "pools, Jobs and Services found with no live task or record, and deleted",
+    ["cluster", "kind"],
+)
+
+# -- GKE, Compute and Kubernetes calls (counted by errors.google_errors / kubernetes_errors)
+
+API_CALLS = Counter(
+    "falcon_api_calls",
+    "GKE, Compute and Kubernetes API calls, by outcome: ok, not_found, conflict, retryable, final",
+    ["api", "call", "outcome"],
+)
+API_ERRORS = Counter(
+    "falcon_api_errors",
+    "API errors by kind (the HTTP status, or timeout, connection, auth) and whether Falcon retries"
+    " them: each retryable one is retried by its step until its tries or deadline run out",
+    ["api", "call", "kind", "retryable"],
+)
+API_SECONDS = Histogram(
+    "falcon_api_call_seconds", "one API call, answered or not", ["api", "call"], buckets=_STEP_BUCKETS
+)
+
+# -- what the dispatcher sees (record_view)
+
+QUEUE_WAITING = Gauge("falcon_queue_waiting_tasks", "tasks waiting in the queue", _QUEUE)
+QUEUE_ACQUIRING = Gauge(
+    "falcon_queue_acquiring", "1 while one of the queue's tasks holds its slot (acquires)", _QUEUE
+)
+RUNNING_JOBS = Gauge("falcon_cluster_running_jobs", "Jobs of tasks in phase running", ["cluster"])
+RESERVATION_FREE = Gauge(
+    "falcon_reservation_free_nodes",
+    "the cluster's reservation's room: count - inUseCount (nodes), as last read",
+    ["cluster", "reservation"],
+)
+NODE_POOLS = Gauge(
+    "falcon_node_pools",
+    "Falcon's live node pools, by mode (reservation, flex_start) and state (creating, in_use,"
+    " kept: idle after a task, warm: idle for a tidal rule, deleting)",
+    ["cluster", "topology", "mode", "state"],
+)
+
+LabelSet = tuple[str, ...]
+
+
+class ClusterLabels:
+    """The ``cluster`` label of a cluster id: its name, or ``name@project:location`` when two
+    registered clusters share the name (GKE names are unique only per project and location); an
+    id the registry does not know (yet) is its own label."""
+
+    def __init__(self, clusters: Callable[[], Iterable[Cluster]] | None = None) -> None:
+        self._known = KnownClusters(clusters)
+
+    def __call__(self, cluster_id: str) -> str:
+        cluster = self._known.get(cluster_id)
+        if cluster is None:
+            return cluster_id
+        shared = sum(c.name == cluster.name for c in self._known.all()) > 1
+        return f"{cluster.name}@{cluster.project}:{cluster.location}" if shared else cluster.name
+
+    def queue(self, queue: QueueKey) -> str:
+        """The queue as tags and slots name it (``queue_label``), for log lines."""
+        cluster = self._known.get(queue.cluster_id)
+        return queue_label(cluster, queue.topology) if cluster else f"{queue.cluster_id}:{queue.topology}"
+
+    def learn(self, clusters: Iterable[Cluster]) -> None:
+        self._known.learn(clusters)
+
+
+class ViewGauges:
+    """Sets the gauges from a ResourceView, and removes the series of what the view no longer
+    has (a queue emptied, a pool deleted): a scrape never sees a gap, only the old value or the
+    new one."""
+
+    def __init__(self, labels: ClusterLabels) -> None:
+        self._labels = labels
+        self._shown: dict[Gauge, set[LabelSet]] = {}
+        self._lock = threading.Lock()
+
+    def record(self, view: ResourceView) -> None:
+        self._labels.learn(view.clusters)
+        name = self._labels
+        queues = set(view.waiting) | set(view.acquiring)
+        with self._lock:
+            self._set(QUEUE_WAITING, {_queue(name, q): view.waiting.get(q, 0) for q in queues})
+            self._set(QUEUE_ACQUIRING, {_queue(name, q): int(q in view.acquiring) for q in queues})
+            running = {c.id: 0 for c in view.clusters} | dict(view.running_jobs)
+            self._set(RUNNING_JOBS, {(name(c),): n for c, n in running.items()})
+            self._set(
+                RESERVATION_FREE,
+                {(name(c), r.name): r.free for c, r in view.reservations.items() if r is not None},
+            )
+            self._set(NODE_POOLS, _pool_counts(name, view.pools, view.warm_pools))
+        for queue in view.waiting:  # a pick's first count then shows as an increase (queue-stuck alert)
+            TRANSITIONS.labels(*_queue(name, queue), "waiting", "acquiring")
+
+    def _set(self, gauge: Gauge, values: Mapping[LabelSet, float]) -> None:
+        for labels, value in values.items():
+            gauge.labels(*labels).set(value)
+        for gone in self._shown.get(gauge, set()) - set(values):
+            gauge.remove(*gone)
+        self._shown[gauge] = set(values)
+
+
+def _queue(name: Callable[[str], str], queue: QueueKey) -> LabelSet:
+    return name(queue.cluster_id), queue.topology
+
+
+def _pool_counts(
+    name: Callable[[str], str], pools: Iterable[NodePool], warm: Iterable[tuple[str, str]]
+) -> dict[LabelSet, float]:
+    warm_names = set(warm)
+    counts: dict[LabelSet, float] = {}
+    for pool in pools:
+        if pool.state is PoolState.DELETED:
+            continue
+        state = pool.state.value
+        if pool.state is PoolState.IDLE:
+            state = "warm" if (pool.cluster_id, pool.name) in warm_names else "kept"
+        key = (name(pool.cluster_id), pool.topology, pool.mode.value, state)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+_VIEW = ViewGauges(ClusterLabels())  # one per process, as the gauges it sets; a view names its clusters
+
+
+def record_view(view: ResourceView) -> None:
+    """Set the dispatcher's gauges (queue depth, acquiring queues, running Jobs per cluster,
+    reservation room, node pools by mode and state) from what it sees now."""
+    _VIEW.record(view)

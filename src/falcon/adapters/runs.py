@@ -22,11 +22,13 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Protocol
 from uuid import UUID
 
+from prefect import tags as prefect_tags
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     DeploymentFilter,
@@ -38,6 +40,7 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.sorting import FlowRunSort
+from prefect.context import FlowRunContext
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 
@@ -121,6 +124,29 @@ def next_scheduled_start(deployment_id: UUID) -> datetime | None:
             limit=1,
         )
     return runs[0].expected_start_time if runs else None
+
+
+@contextmanager
+def tagged_run(tags: Sequence[str]) -> Iterator[None]:
+    """The current flow run gains ``tags``, and so do the task runs created in the block, so that
+    filtering the Prefect UI by a tag finds them. Tags are set once the run has started (its
+    launcher does not know the task's actor or cluster), and they are a view, not state: a
+    Prefect API that fails to take them is logged and the run goes on."""
+    context = FlowRunContext.get()
+    run = context.flow_run if context else None
+    if run is not None and not set(tags) <= set(run.tags):
+        try:
+            _add_tags(run.id, sorted({*run.tags, *tags}))
+        except Exception:
+            logger.warning("event=run_tags_failed run=%s", run.id, exc_info=True)
+    with prefect_tags(*tags):
+        yield
+
+
+@prefect_call
+def _add_tags(flow_run_id: UUID, tags: list[str]) -> None:
+    with get_client(sync_client=True) as client:
+        client.update_flow_run(flow_run_id, tags=tags)
 
 
 Flow = Callable[..., Any]

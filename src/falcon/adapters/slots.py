@@ -7,13 +7,19 @@ raised as TemporaryError, and the queue is asked again at the next tick. The lif
 acquires resources renews the lease and releases it when all pods run. A holder that dies loses
 the slot when its lease expires (Prefect's repossessor); the dispatcher also repairs a limit whose
 count drifted from what the database says (``reset``).
+
+The services name a slot by its queue's key (``QueueKey.slot_name``: the cluster's id and the
+topology); Prefect's Concurrency page shows it by the queue's label (``slot_label``: the
+cluster's name, topology, project and location), which ``SlotNames`` looks up in the registry.
+A limit an earlier Falcon created under the key is renamed to the label the first time it is
+needed, with its count and leases: the acquisitions under way at an upgrade keep their slot.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from uuid import UUID
 
 import httpx
@@ -22,8 +28,10 @@ from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
 from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 from prefect.settings import PREFECT_API_URL
 
+from falcon.adapters.known_clusters import KnownClusters
 from falcon.adapters.metrics import prefect_call
 from falcon.domain.errors import PermanentError, TemporaryError
+from falcon.domain.model import Cluster, QueueKey, slot_label
 
 _open = threading.local()
 
@@ -63,9 +71,10 @@ def _client() -> Iterator[SyncPrefectClient]:
 
 
 @prefect_call
-def ensure_limit(name: str, fail_fast: bool = False) -> None:
+def ensure_limit(name: str, fail_fast: bool = False, former: str | None = None) -> None:
     """Make sure the queue's limit exists with limit 1, active. With ``fail_fast`` the usual case,
-    a sound limit, is one request; a missing or altered one is mended through the client."""
+    a sound limit, is one request; a missing or altered one is mended through the client. A
+    missing limit that still goes by its ``former`` name is renamed, not created."""
     with _busy_is_temporary(fail_fast), _client() as client:
         if fail_fast and _limit_is_sound(client, name):
             return
@@ -76,30 +85,57 @@ def ensure_limit(name: str, fail_fast: bool = False) -> None:
                     name, GlobalConcurrencyLimitUpdate(limit=1, active=True)
                 )
         except ObjectNotFound:
+            if former and _renamed(client, former, name):
+                return
             with contextlib.suppress(ObjectAlreadyExists):  # another dispatcher made it first
                 client.upsert_global_concurrency_limit_by_name(name, limit=1)
 
 
+def _renamed(client: SyncPrefectClient, former: str, name: str) -> bool:
+    """Rename the limit ``former`` to ``name``, keeping its active slots and leases; False if
+    there is no limit ``former`` (or another dispatcher renamed it first)."""
+    try:
+        client.update_global_concurrency_limit(former, GlobalConcurrencyLimitUpdate(name=name))
+    except ObjectNotFound:
+        return False
+    return True
+
+
 @prefect_call
-def try_acquire(name: str, lease_seconds: int, fail_fast: bool = False) -> str | None:
-    """Take the slot and return the lease id, or None when it is held."""
+def try_acquire(
+    name: str, lease_seconds: int, fail_fast: bool = False, former: str | None = None
+) -> str | None:
+    """Take the slot and return the lease id, or None when it is held. A limit that still goes by
+    its ``former`` name is renamed first."""
     with _busy_is_temporary(fail_fast), _client() as client:
-        try:
-            if fail_fast:
-                body = {"names": [name], "slots": 1, "mode": "concurrency", "lease_duration": lease_seconds}
-                response = _post_once(client, INCREMENT_WITH_LEASE, body)
-            else:
-                response = client.increment_concurrency_slots_with_lease(
-                    names=[name], slots=1, mode="concurrency", lease_duration=lease_seconds
-                )
-        except httpx.HTTPStatusError as exc:
-            if exc.response.status_code == 423:
-                return None
-            raise
-    body = response.json()
+        body = _increment(client, name, lease_seconds, fail_fast)
+        if body is not None and not body.get("limits") and former and _renamed(client, former, name):
+            body = _increment(client, name, lease_seconds, fail_fast)
+    if body is None:
+        return None
     if not body.get("limits"):
         raise PermanentError(f"concurrency limit {name!r} does not exist")
     return str(body["lease_id"])
+
+
+def _increment(
+    client: SyncPrefectClient, name: str, lease_seconds: int, fail_fast: bool
+) -> dict[str, object] | None:
+    """One increment-with-lease of the limit: its answer, or None when the slot is held (423)."""
+    try:
+        if fail_fast:
+            body = {"names": [name], "slots": 1, "mode": "concurrency", "lease_duration": lease_seconds}
+            response = _post_once(client, INCREMENT_WITH_LEASE, body)
+        else:
+            response = client.increment_concurrency_slots_with_lease(
+                names=[name], slots=1, mode="concurrency", lease_duration=lease_seconds
+            )
+    except httpx.HTTPStatusError as exc:
+        if exc.response.status_code == 423:
+            return None
+        raise
+    answer: dict[str, object] = response.json()
+    return answer
 
 
 INCREMENT_WITH_LEASE = "/v2/concurrency_limits/increment-with-lease"
@@ -159,20 +195,50 @@ def release(lease_id: str, fail_fast: bool = False) -> None:
 
 
 @prefect_call
-def reset(name: str) -> None:
+def reset(name: str, former: str | None = None) -> None:
     """Zero a limit's active count: used only when the database proves no task holds it."""
     with _client() as client:
-        client.update_global_concurrency_limit(name, GlobalConcurrencyLimitUpdate(active_slots=0))
+        try:
+            client.update_global_concurrency_limit(name, GlobalConcurrencyLimitUpdate(active_slots=0))
+        except ObjectNotFound:
+            if not (former and _renamed(client, former, name)):
+                raise
+            client.update_global_concurrency_limit(name, GlobalConcurrencyLimitUpdate(active_slots=0))
+
+
+class SlotNames:
+    """A slot's Prefect name from its key (``QueueKey.slot_name``), its cluster looked up in the
+    registry; a key that names no queue, or a cluster the registry does not know (yet), keeps
+    the key as its name."""
+
+    def __init__(self, clusters: Callable[[], Iterable[Cluster]]) -> None:
+        self._known = KnownClusters(clusters)
+
+    def __call__(self, key: str) -> str:
+        queue = QueueKey.from_slot_name(key)
+        cluster = self._known.get(queue.cluster_id) if queue else None
+        return slot_label(cluster, queue.topology) if cluster and queue else key
 
 
 class PrefectSlots:
-    """The slots port on Prefect's global concurrency limits (the functions above)."""
+    """The slots port on Prefect's global concurrency limits (the functions above), each slot
+    named for people by ``names``; without it, a slot's name is its key."""
+
+    def __init__(self, names: Callable[[str], str] | None = None) -> None:
+        self._names = names or str
+
+    def _name(self, key: str) -> tuple[str, str | None]:
+        """The slot's Prefect name, and the key as its former name when they differ."""
+        name = self._names(key)
+        return name, (key if name != key else None)
 
     def ensure_limit(self, name: str, fail_fast: bool = False) -> None:
-        ensure_limit(name, fail_fast)
+        label, former = self._name(name)
+        ensure_limit(label, fail_fast, former)
 
     def try_acquire(self, name: str, lease_seconds: int, fail_fast: bool = False) -> str | None:
-        return try_acquire(name, lease_seconds, fail_fast)
+        label, former = self._name(name)
+        return try_acquire(label, lease_seconds, fail_fast, former)
 
     def renew(self, lease_id: str, lease_seconds: int) -> bool:
         return renew(lease_id, lease_seconds)
@@ -181,4 +247,5 @@ class PrefectSlots:
         release(lease_id, fail_fast)
 
     def reset(self, name: str) -> None:
-        reset(name)
+        label, former = self._name(name)
+        reset(label, former)

@@ -87,8 +87,48 @@ class QueueKey:
 
     @property
     def slot_name(self) -> str:
-        """Name of the Prefect global concurrency limit that is this queue's slot."""
-        return f"falcon:{self.cluster_id}:{self.topology}"
+        """The key of this queue's slot, stable for the queue's life (the cluster's id, not its
+        name); the slot adapter shows it to people as ``slot_label``."""
+        return f"{SLOT_PREFIX}{self.cluster_id}:{self.topology}"
+
+    @classmethod
+    def from_slot_name(cls, name: str) -> QueueKey | None:
+        """The queue whose ``slot_name`` this is; None for any other name."""
+        if not name.startswith(SLOT_PREFIX):
+            return None
+        cluster_id, separator, topology = name.removeprefix(SLOT_PREFIX).partition(":")
+        return cls(cluster_id, topology) if separator and cluster_id and topology else None
+
+
+SLOT_PREFIX = "falcon:"
+RUN_TAG_LIMIT = 100  # characters of an upstream value (the actor) shown in a run's tag
+
+
+def queue_label(cluster: Cluster, topology: str) -> str:
+    """How a person names a queue: the cluster's name and the topology, then where the cluster
+    is (``prod-a:2x4@my-project:us-east5-b``). A GKE cluster's name is unique only within its
+    project and location, so the label carries both and two projects' queues never share it."""
+    return f"{cluster.name}:{topology}@{cluster.project}:{cluster.location}"
+
+
+def slot_label(cluster: Cluster, topology: str) -> str:
+    """The name of the queue's slot (a Prefect global concurrency limit) on Prefect's
+    Concurrency page: ``falcon:`` and the queue's label."""
+    return f"{SLOT_PREFIX}{queue_label(cluster, topology)}"
+
+
+def run_tags(task_id: str, actor: str | None, cluster: Cluster | None, topology: str | None) -> list[str]:
+    """The tags of a task's flow runs, so that filtering the Prefect UI by one of them finds the
+    task's whole history: ``task:<id>``, ``actor:<actor>``, ``cluster:<name>``, ``queue:<label>``
+    (what is not known yet is left out)."""
+    tags = ["falcon", f"task:{task_id}"]
+    if actor:
+        tags.append(f"actor:{actor[:RUN_TAG_LIMIT]}")
+    if cluster is not None:
+        tags.append(f"cluster:{cluster.name}")
+        if topology:
+            tags.append(f"queue:{queue_label(cluster, topology)}")
+    return tags
 
 
 # The variables the Job's container gets from Falcon (job_manifest._container): a spec may not set them.

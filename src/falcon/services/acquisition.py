@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from falcon.domain.errors import ConflictError, FalconError, NotFoundError, PermanentError, TemporaryError
+from falcon.domain.events import Stage, TaskMove
 from falcon.domain.job_manifest import JobTarget, render_job, render_service
 from falcon.domain.lifecycle import (
     NodePool,
@@ -78,7 +79,7 @@ def _provision(services: Services, view: TaskView) -> PoolChoice:
     if held is None:
         held = store.claim_idle_pool(view.queue, task_id, services.clock.now())
         if held is not None:
-            _note_pending(services, task_id, _reuse_message(services, held), Reason.PROVISIONING, held.name)
+            _took_idle(services, view, held, handed_over=False)
             return PoolChoice(held.name, None)
         plan = _decide_and_write_ahead(services, view)
     elif held.state is PoolState.IN_USE:
@@ -89,9 +90,16 @@ def _provision(services: Services, view: TaskView) -> PoolChoice:
     return PoolChoice(plan.name, plan)
 
 
-def _reuse_message(services: Services, pool: NodePool) -> str:
-    """A warm pool says which tidal rule made it ready; a kept one only that it is reused."""
+def _took_idle(services: Services, view: TaskView, pool: NodePool, handed_over: bool) -> None:
+    """The task took an idle pool (a creation avoided): reported, and its Message says whose it is."""
     rule = services.store.warm_origin(pool.cluster_id, pool.name)
+    services.events.pool_reused(view.queue, "hand_over" if handed_over else "warm" if rule else "kept")
+    message = _reuse_message(services, pool, rule)
+    _note_pending(services, view.task.id, message, Reason.PROVISIONING, pool.name)
+
+
+def _reuse_message(services: Services, pool: NodePool, rule: str | None) -> str:
+    """A warm pool says which tidal rule (``rule``) made it ready; a kept one only that it is reused."""
     if rule is not None:
         return services.say(MessageKey.PROVISIONING_WARM, pool=pool.name, rule=rule)
     return services.say(MessageKey.PROVISIONING_REUSE, pool=pool.name)
@@ -140,6 +148,7 @@ def _decide_and_write_ahead(services: Services, view: TaskView) -> NodePoolPlan:
         )
     if not moved:
         services.ensure_active(view.task.id)
+    services.events.pool_created(view.queue, plan.mode, decision.reason is Reason.PROVISIONING_FALLBACK)
     return plan
 
 
@@ -257,7 +266,7 @@ def _hand_over(services: Services, view: TaskView, own: str) -> str | None:
     if taken is None:
         return None
     logger.info("event=hand_over task_id=%s pool=%s own=%s", view.task.id, taken.name, own)
-    _note_pending(services, view.task.id, _reuse_message(services, taken), Reason.PROVISIONING, taken.name)
+    _took_idle(services, view, taken, handed_over=True)
     return taken.name
 
 
@@ -357,6 +366,8 @@ def dispatch(services: Services, view: TaskView, pool_name: str) -> str:
     pending = services.say(MessageKey.PODS_PENDING, running=0, total=view.shape.nodes, detail="")
     if not services.store.mark_dispatched(task.id, job_name, uid, pending, services.clock.now()):
         services.ensure_active(task.id)
+    elif task.dispatched_at is None:  # else an earlier attempt created the Job and reported it
+        _tell(services, view, Stage.ACQUIRING, Stage.DISPATCHED)
     return job_name
 
 
@@ -425,3 +436,11 @@ def mark_running(services: Services, view: TaskView, running: int) -> None:
     message = services.say(MessageKey.RUNNING, active=running, total=view.shape.nodes)
     if not services.store.mark_running(view.task.id, message, services.clock.now()):
         services.ensure_active(view.task.id)
+        return
+    _tell(services, view, Stage.DISPATCHED, Stage.RUNNING)
+
+
+def _tell(services: Services, view: TaskView, source: Stage, target: Stage) -> None:
+    task = view.task
+    move = TaskMove(task.id, view.queue, source, target, services.clock.now(), task.created_at)
+    services.events.moved(move)

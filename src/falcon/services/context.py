@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from falcon.domain.errors import PermanentError
-from falcon.domain.lifecycle import Phase, RunSuperseded, TaskEnded, TaskView, aborted
+from falcon.domain.events import Stage, TaskMove
+from falcon.domain.lifecycle import Outcome, Phase, RunSuperseded, TaskEnded, TaskView, aborted
 from falcon.domain.messages import Messages
-from falcon.domain.model import Cluster, Task, TaskSpec
+from falcon.domain.model import Cluster, QueueKey, Task, TaskSpec
 from falcon.domain.pool_economics import KeepPolicy
 from falcon.domain.status import Status
 from falcon.domain.topology import resolve_shape
@@ -18,6 +19,7 @@ from falcon.services.ports import (
     NodePools,
     Reservations,
     Slots,
+    TaskEvents,
     TaskStore,
     WorkloadPolicies,
 )
@@ -37,6 +39,7 @@ class Services:
     clock: Clock
     # How long idle pools are kept: Falcon's CostPolicy, or a baseline a benchmark compares with.
     keep_policy: KeepPolicy
+    events: TaskEvents  # the transition log and the metrics
     say: Messages = field(init=False)
 
     def __post_init__(self) -> None:
@@ -48,6 +51,22 @@ class Services:
         if task is None or task.status is Status.ABORTING:
             raise TaskEnded(aborted(self.say))
         return task
+
+
+def tell_moved(
+    services: Services, task: Task, source: Stage, target: Stage, outcome: Outcome | None = None
+) -> None:
+    """Report a move of ``task`` (the row as read before it) that the store has just recorded."""
+    queue = QueueKey(task.cluster_id, task.topology) if task.cluster_id and task.topology else None
+    move = TaskMove(
+        task.id, queue, source, target, services.clock.now(), task.created_at, task.dispatched_at, outcome
+    )
+    services.events.moved(move)
+
+
+def stage_of(task: Task, phase: Phase | None) -> Stage:
+    """The stage of a task in ``phase``: an acquiring one whose Job was created is dispatched."""
+    return Stage.of(phase, dispatched=task.dispatched_at is not None)
 
 
 def load_attempt(services: Services, task_id: str, lease_id: str) -> TaskView:

@@ -19,9 +19,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from falcon.domain.lifecycle import PoolState
+from falcon.domain.dispatcher_view import DispatcherView, build_view
+from falcon.domain.events import ResourceView
+from falcon.domain.lifecycle import LIVE_POOL_STATES, Phase, PoolState
 from falcon.domain.messages import MessageKey
 from falcon.domain.model import Cluster, QueueKey
+from falcon.domain.node_pools import ReservationRef
+from falcon.domain.scheduling import ReservationCapacity
 from falcon.domain.warm_pools import next_change, schedulable, warm_targets
 from falcon.services import reconcile
 from falcon.services.context import Services
@@ -99,14 +103,18 @@ class TickReport:
 
 
 class Dispatcher:
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, publish: Callable[[DispatcherView], None] | None = None) -> None:
+        """Every ``view_seconds`` (a reconcile round's last step) the dispatcher's view sets the
+        state gauges and, if given, goes to ``publish``: the deployed dispatcher's table artifact."""
         self.services = services
+        self._publish = publish
         self.book = QueueBook()
         self._book_lock = threading.RLock()  # the tick's, briefly the round's
         self._launches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="launch")
         settings = services.settings
         self._refresh = Every(settings.queue_refresh_seconds)
         self._reconcile_timer = Every(settings.reconcile_seconds)
+        self._view_timer = Every(settings.view_seconds)
         # The first scan comes a little after start: it builds every cluster's clients, and the
         # first ticks are those a restart's backlog of new rows waits on.
         period = settings.orphan_scan_seconds
@@ -165,7 +173,7 @@ class Dispatcher:
             self.book.load(snapshot.waiting, snapshot.last_actors or {})
         laps.lap("snapshot")
         now = clock.now()
-        intake = take_in(svc.store, snapshot, svc.say, now)
+        intake = take_in(svc.store, snapshot, svc.say, now, svc.events)
         for queue, task in intake.queued:
             self.book.add(queue, task)
         report.queued, report.failed = [t.task_id for _, t in intake.queued], intake.failed
@@ -180,6 +188,7 @@ class Dispatcher:
             svc.say,
             now,
             settings.slot_lease_seconds,
+            svc.events,
             held=self._unreachable,
         )
         report.picked = [p.task_id for p in result.picks]
@@ -238,6 +247,45 @@ class Dispatcher:
                 *reconcile.delete_orphan_services(svc, clusters),
             ]
             laps.lap("orphans")
+        if svc.settings.view_seconds and self._view_timer.due(svc.clock.monotonic()):
+            self._show_view(list(clusters.values()))
+            laps.lap("view")
+
+    def _show_view(self, clusters: list[Cluster]) -> None:
+        """The view, to the state gauges (``events.resources_seen``) and to ``publish``; a view
+        that fails is logged, never more: it is for people, and the round's work is done."""
+        svc = self.services
+        try:
+            with self._book_lock:
+                waiting = {q: list(tasks) for q, tasks in self.book.waiting.items()}
+                last_actors = dict(self.book.last_actor)
+            working = svc.store.progress_in([Phase.ACQUIRING, Phase.RUNNING])
+            acquiring = {p.queue: p.task_id for p in working if p.phase is Phase.ACQUIRING and p.queue}
+            running = Counter(p.queue.cluster_id for p in working if p.phase is Phase.RUNNING and p.queue)
+            pools = svc.store.pools_in(LIVE_POOL_STATES)
+            room = {c.id: self._room(c) for c in clusters}
+            warm = {
+                (p.cluster_id, p.name)
+                for p in pools
+                if p.state is PoolState.IDLE and svc.store.warm_origin(p.cluster_id, p.name)
+            }
+            counts = {q: len(tasks) for q, tasks in waiting.items() if tasks}
+            svc.events.resources_seen(ResourceView(clusters, counts, acquiring, running, room, pools, warm))
+            if self._publish:
+                self._publish(build_view(clusters, waiting, last_actors, acquiring, running, pools, room))
+        except Exception:
+            logger.warning("event=view_failed", exc_info=True)
+
+    def _room(self, cluster: Cluster) -> ReservationCapacity | None:
+        """The cluster's reservation as Compute reports it now; None without one or an answer."""
+        if not cluster.default_reservation:
+            return None
+        try:
+            ref = ReservationRef.parse(cluster.default_reservation, cluster.project)
+            return self.services.reservations.capacity(ref, cluster.node_zone)
+        except Exception as exc:  # shown as unknown: the view must not wait on Compute's trouble
+            logger.info("event=view_room_unknown cluster=%s error=%r", cluster.name, exc)
+            return None
 
     def _note_reachability(self, down: dict[str, str], clusters: dict[str, Cluster]) -> None:
         """A cluster whose Job list failed UNREACHABLE_AFTER rounds in a row is held: its tasks

@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from falcon.domain.errors import InvalidSpecError
+from falcon.domain.events import Stage, TaskMove
 from falcon.domain.lifecycle import NodePool, Outcome, Snapshot, failed
 from falcon.domain.messages import MessageKey, Messages
 from falcon.domain.model import Cluster, QueueKey, Task, TaskSpec, shown
 from falcon.domain.scheduling import ClusterLoad, WaitingTask, choose_cluster
 from falcon.domain.status import Reason, Status
 from falcon.domain.topology import SliceShape, resolve_shape
-from falcon.services.ports import TaskStore
+from falcon.services.ports import TaskEvents, TaskStore
 
 
 @dataclass
@@ -100,7 +101,10 @@ def decide(tasks: Sequence[Task], loads: list[ClusterLoad], say: Messages) -> li
     return admissions
 
 
-def take_in(store: TaskStore, snapshot: Snapshot, say: Messages, now: datetime) -> IntakeReport:
+def take_in(
+    store: TaskStore, snapshot: Snapshot, say: Messages, now: datetime, events: TaskEvents
+) -> IntakeReport:
+    """Queue the snapshot's new rows or end them; each row taken is reported to ``events``."""
     report = IntakeReport()
     if not snapshot.new_tasks:
         return report
@@ -111,6 +115,7 @@ def take_in(store: TaskStore, snapshot: Snapshot, say: Messages, now: datetime) 
         if admission.outcome is not None:
             if store.finish(task.id, admission.outcome, [Status.PENDING], now):
                 report.failed.append(task.id)
+                _tell(events, task, None, Stage.DONE, now, admission.outcome)
         elif admission.queue is not None:
             queued[task.id] = (admission.queue, task)
     # One transaction for the batch: a commit per row was most of a tick's time when thousands
@@ -118,7 +123,19 @@ def take_in(store: TaskStore, snapshot: Snapshot, say: Messages, now: datetime) 
     for task_id in store.queue_tasks([(task_id, queue) for task_id, (queue, _) in queued.items()], now):
         queue, task = queued[task_id]
         report.queued.append((queue, WaitingTask(task.id, task.actor, task.name, task.created_at)))
+        _tell(events, task, queue, Stage.WAITING, now)
     return report
+
+
+def _tell(
+    events: TaskEvents,
+    task: Task,
+    queue: QueueKey | None,
+    target: Stage,
+    now: datetime,
+    outcome: Outcome | None = None,
+) -> None:
+    events.moved(TaskMove(task.id, queue, Stage.NEW, target, now, task.created_at, outcome=outcome))
 
 
 def cluster_loads(

@@ -11,8 +11,9 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
+from falcon.domain.events import ResourceView, TaskMove
 from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState, Progress, Snapshot
-from falcon.domain.model import Cluster, QueueKey, Task
+from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, Task
 from falcon.domain.node_pools import NodePoolPlan, PoolStatus, ReservationRef
 from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.scheduling import ReservationCapacity
@@ -181,3 +182,32 @@ class Launcher(Protocol):
     def start_release(self, task_id: str, attempt: int) -> str: ...
     def start_warm(self, queue: QueueKey) -> str: ...
     def is_alive(self, run_id: str) -> bool: ...
+
+
+class TaskEvents(Protocol):
+    """What happens to tasks and pools, told as it happens, and what the dispatcher sees of its
+    queues and clusters: production writes the transition log (one line per move) and the
+    Prometheus metrics; the unit tests' fake records the calls.
+
+    Called after the store recorded the fact (a compare-and-set that moved the row), never
+    before, so a step retried or raced by another dispatcher reports each fact once."""
+
+    def moved(self, move: TaskMove) -> None: ...
+    def pool_created(self, queue: QueueKey, mode: ProvisioningMode, fallback: bool) -> None:
+        """A task's node pool recorded for creation (write-ahead): on its reservation, flex-start,
+        or flex-start because the reservation was short of room (``fallback``)."""
+        ...
+
+    def pool_reused(self, queue: QueueKey, how: str) -> None:
+        """A creation avoided: the task took an idle pool, ``how`` = ``kept`` (left by a task),
+        ``warm`` (made ready by a tidal rule) or ``hand_over`` (while its own was being created)."""
+        ...
+
+    def orphans_swept(self, cluster_id: str, kind: str, names: Sequence[str]) -> None:
+        """One cluster's orphan sweep of ``kind`` (``node_pool``, ``job``, ``service``) is over:
+        ``names`` were found with no live task or record and deleted (none is news too)."""
+        ...
+
+    def resources_seen(self, view: ResourceView) -> None:
+        """The gauges: queue depth, acquiring queues, running Jobs, reservation room, pools."""
+        ...

@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from falcon.domain.errors import TemporaryError
+from falcon.domain.events import Stage, TaskMove
 from falcon.domain.lifecycle import WaitingRow
 from falcon.domain.messages import MessageKey, Messages
 from falcon.domain.model import QueueKey
 from falcon.domain.scheduling import WaitingTask, pick_next, waiting_messages
-from falcon.services.ports import Slots, TaskStore
+from falcon.services.ports import Slots, TaskEvents, TaskStore
 
 
 @dataclass(frozen=True)
@@ -107,10 +108,12 @@ def schedule(
     say: Messages,
     now: datetime,
     lease_seconds: int,
+    events: TaskEvents,
     held: Mapping[str, str] | None = None,
 ) -> ScheduleResult:
     """Pick and claim the next task of every free queue, then rewrite the Messages that changed.
-    ``held`` maps the clusters that cannot be reached to the Message their waiting tasks show.
+    ``held`` maps the clusters that cannot be reached to the Message their waiting tasks show;
+    ``events`` is told of each pick recorded.
 
     New tasks get their position before any slot is asked for: a slot is a Prefect API call,
     which a busy Prefect server can make last seconds, and the rows inserted meanwhile must not
@@ -141,6 +144,7 @@ def schedule(
             continue
         result.picks.append(Pick(task.task_id, queue, lease_id, attempt))
         book.last_actor[queue] = task.actor
+        events.moved(TaskMove(task.task_id, queue, Stage.WAITING, Stage.ACQUIRING, now, task.submitted_at))
     book.remove(p.task_id for p in result.picks)
     result.messages_written += _refresh_messages(store, book, say, now, held or {})
     return result

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from falcon.domain.errors import FalconError, NotFoundError, TemporaryError
+from falcon.domain.events import Stage
 from falcon.domain.job_manifest import MANAGED_BY
 from falcon.domain.lifecycle import (
     LIVE_POOL_STATES,
@@ -33,7 +34,7 @@ from falcon.domain.scheduling import IdlePool, expired_idle_pools
 from falcon.domain.status import TERMINAL, Reason, Status
 from falcon.domain.workloads import JobState
 from falcon.services.acquisition import cannot_start
-from falcon.services.context import Services
+from falcon.services.context import Services, stage_of, tell_moved
 from falcon.services.ports import ClusterJobs
 from falcon.services.release import observed, record_outcome
 
@@ -46,12 +47,14 @@ def abort_unstarted(
 ) -> list[str]:
     """Aborting rows that hold nothing yet (never taken in, or waiting) end Aborted at once."""
     outcome = aborted(services.say)
-    return [
-        task.id
-        for task, phase in aborting
-        if phase in (None, Phase.WAITING, Phase.DONE)
-        and services.store.finish(task.id, outcome, [Status.ABORTING], now)
-    ]
+    ended = []
+    for task, phase in aborting:
+        if phase in (None, Phase.WAITING, Phase.DONE) and services.store.finish(
+            task.id, outcome, [Status.ABORTING], now
+        ):
+            tell_moved(services, task, stage_of(task, phase), Stage.DONE, outcome)
+            ended.append(task.id)
+    return ended
 
 
 @dataclass(frozen=True)
@@ -266,10 +269,11 @@ def delete_orphan_pools(services: Services, clusters: Clusters) -> list[str]:
             names = services.node_pools.list_names(cluster)
         except FalconError:
             continue
-        for name in names:
-            if name.startswith(NODE_POOL_PREFIX) and (cluster.id, name) not in tracked:
-                _request_delete(services, cluster, name)
-                orphans.append(name)
+        found = [n for n in names if n.startswith(NODE_POOL_PREFIX) and (cluster.id, n) not in tracked]
+        for name in found:
+            _request_delete(services, cluster, name)
+        services.events.orphans_swept(cluster.id, "node_pool", found)
+        orphans.extend(found)
     return orphans
 
 
@@ -281,6 +285,7 @@ def delete_orphan_services(services: Services, clusters: Clusters) -> list[str]:
     return _delete_orphans(
         services,
         clusters,
+        "service",
         lambda jobs, namespace: [(s.name, s.task_id) for s in jobs.falcon_services(namespace)],
         lambda jobs, namespace, name: jobs.delete_service(namespace, name),
     )
@@ -295,6 +300,7 @@ def delete_orphan_jobs(services: Services, clusters: Clusters) -> list[str]:
     return _delete_orphans(
         services,
         clusters,
+        "job",
         lambda jobs, namespace: [(j.name, j.task_id) for j in jobs.list_jobs(namespace, selector)],
         lambda jobs, namespace, name: jobs.delete_job(namespace, name),
     )
@@ -303,6 +309,7 @@ def delete_orphan_jobs(services: Services, clusters: Clusters) -> list[str]:
 def _delete_orphans(
     services: Services,
     clusters: Clusters,
+    kind: str,
     list_named: Callable[[ClusterJobs, str], list[tuple[str, str | None]]],
     delete: Callable[[ClusterJobs, str, str], None],
 ) -> list[str]:
@@ -314,10 +321,13 @@ def _delete_orphans(
         except FalconError:
             continue
         tasks = services.store.tasks(task_id for _, task_id in found if task_id)
+        swept = []
         for name, task_id in found:
             task = tasks.get(task_id or "")
             if task is None or task.status in TERMINAL:
                 with contextlib.suppress(FalconError):
                     delete(gateway, cluster.namespace, name)
-                orphans.append(name)
+                swept.append(name)
+        services.events.orphans_swept(cluster.id, kind, swept)
+        orphans.extend(swept)
     return orphans

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from falcon.domain.errors import FalconError, NotFoundError, TemporaryError
+from falcon.domain.events import Stage
 from falcon.domain.job_manifest import service_name_for
 from falcon.domain.lifecycle import Outcome, Phase, PoolState, aborted
 from falcon.domain.messages import MessageKey
@@ -25,7 +26,7 @@ from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.status import Reason, Status
 from falcon.domain.topology import resolve_shape
 from falcon.domain.warm_pools import WarmTarget, schedulable, warm_keeps, warm_target
-from falcon.services.context import Services
+from falcon.services.context import Services, stage_of, tell_moved
 
 MAX_DELETE_RETRY_WAIT = 10.0  # seconds: the longest wait between deletion attempts GKE refused
 # The keeping policy weighs the newest of these (CostPolicy looks at up to 64 gaps, 16 creations).
@@ -44,7 +45,8 @@ def record_outcome(
 
     ``released_inline``: the acquiring run releases the task itself, so it is recorded as the
     release run too and the dispatcher starts no second one while it is alive."""
-    return services.store.start_releasing(
+    task, _, progress = services.store.task_view_rows(task_id)  # where it was, for the move's report
+    moved = services.store.start_releasing(
         task_id,
         outcome,
         from_phases,
@@ -52,6 +54,10 @@ def record_outcome(
         services.clock.now(),
         released_inline=released_inline,
     )
+    if moved and task is not None:
+        source = stage_of(task, progress.phase if progress else None)
+        tell_moved(services, task, source, Stage.RELEASING, outcome)
+    return moved
 
 
 def release(services: Services, task_id: str) -> Outcome:
@@ -214,9 +220,18 @@ def write_outcome(services: Services, task_id: str, outcome: Outcome) -> Outcome
     """Terminal status, compare-and-set: an abort that arrived meanwhile wins as Aborted."""
     store, now, abort = services.store, services.clock.now(), aborted(services.say)
     if store.finish(task_id, abort, [Status.ABORTING], now):
+        _tell_done(services, task_id, abort)
         return abort
     # Succeeded only ever follows Running; a failure may end a task still Pending.
     expect = [Status.RUNNING] if outcome.status is Status.SUCCEEDED else [Status.PENDING, Status.RUNNING]
     if not store.finish(task_id, outcome, expect, now):
         store.mark_done(task_id, now)  # the row was terminal already: only the progress row is behind
+        return outcome
+    _tell_done(services, task_id, outcome)
     return outcome
+
+
+def _tell_done(services: Services, task_id: str, outcome: Outcome) -> None:
+    task = services.store.task(task_id)
+    if task is not None:
+        tell_moved(services, task, Stage.RELEASING, Stage.DONE, outcome)

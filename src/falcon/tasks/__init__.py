@@ -19,7 +19,7 @@ from prefect.context import TaskRunContext
 from falcon.bootstrap import services
 from falcon.domain.errors import TemporaryError
 from falcon.domain.lifecycle import Outcome, Phase, TaskView
-from falcon.domain.model import QueueKey
+from falcon.domain.model import QueueKey, run_tags
 from falcon.services import acquisition, release, warming
 from falcon.services.acquisition import PoolChoice
 from falcon.services.context import load_attempt
@@ -111,3 +111,16 @@ def plan_warm_pools(cluster_id: str, topology: str) -> list[str]:
 @task(name="create-warm-pools", **_ONCE)
 def create_warm_pools(cluster_id: str, topology: str, names: list[str]) -> list[str]:
     return warming.create_warm_pools(services(), QueueKey(cluster_id, topology), names)
+
+
+def task_tags(task_id: str) -> list[str]:
+    """The tags of a task's runs, from its row, cluster and queue as far as they are known."""
+    task, cluster, progress = services().store.task_view_rows(task_id)
+    topology = progress.queue.topology if progress and progress.queue else None
+    return run_tags(task_id, task.actor if task else None, cluster, topology)
+
+
+def queue_tags(cluster_id: str, topology: str) -> list[str]:
+    """The tags of a queue's warm-pool runs: ``cluster:`` and ``queue:`` as a task's runs have."""
+    cluster = next((c for c in services().store.clusters() if c.id == cluster_id), None)
+    return [tag for tag in run_tags("", None, cluster, topology) if not tag.startswith("task:")]

@@ -235,6 +235,8 @@ class TaskProgressRow(Base):
     outcome_reason: Mapped[str | None] = mapped_column(sa.String(64))
     outcome_message: Mapped[str | None] = mapped_column(sa.Text)
     queued_at: Mapped[datetime | None]  # intake: the queue's arrivals, whose gaps keep-or-delete weighs
+    acquiring_at: Mapped[datetime | None]  # the pick: the queue's slot held from here ...
+    running_at: Mapped[datetime | None]  # ... to all pods Running: the acquisitions an ETA resamples
     updated_at: Mapped[datetime]
 
     __table_args__ = (
@@ -242,5 +244,11 @@ class TaskProgressRow(Base):
         sa.Index("ix_falcon_task_progress__cluster_id__topology__phase", "cluster_id", "topology", "phase"),
         sa.Index(
             "ix_falcon_task_progress__cluster_id__topology__queued_at", "cluster_id", "topology", "queued_at"
+        ),
+        sa.Index(
+            "ix_falcon_task_progress__cluster_id__topology__running_at",
+            "cluster_id",
+            "topology",
+            "running_at",
         ),
     )

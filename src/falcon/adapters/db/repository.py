@@ -27,7 +27,9 @@ from falcon.adapters.db.orm import (
     Unreadable,
     WarmRuleRow,
 )
+from falcon.domain.explain import Acquirer, PoolFacts
 from falcon.domain.lifecycle import (
+    LIVE_POOL_STATES,
     NodePool,
     Outcome,
     Phase,
@@ -38,7 +40,7 @@ from falcon.domain.lifecycle import (
 )
 from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey, Task
 from falcon.domain.pool_economics import QueueObservations
-from falcon.domain.scheduling import WaitingTask, pick_next
+from falcon.domain.scheduling import WaitingTask, pick_next, pick_order
 from falcon.domain.status import Reason, Status, check_transition
 from falcon.domain.warm_pools import WarmRule
 
@@ -341,7 +343,8 @@ def start_acquiring(
     session: Session, task_id: str, queue: QueueKey, actor: str, lease_id: str, message: str, now: datetime
 ) -> int | None:
     """The dispatcher picked the waiting task and holds its queue's slot: Pending/Provisioning,
-    phase acquiring with the lease and a new attempt, and the queue's rotation. Returns the
+    phase acquiring with the lease, a new attempt and acquiring_at (the pick, kept if ever
+    written again), and the queue's rotation. Returns the
     attempt; None if the task is no longer waiting (aborted, or picked already) or is not the
     queue's next by the pick rule over the database's waiting tasks and rotation.
 
@@ -369,6 +372,7 @@ def start_acquiring(
             TaskProgressRow.lease_id: lease_id,
             TaskProgressRow.attempt: attempt,
             TaskProgressRow.acquire_run_id: None,
+            TaskProgressRow.acquiring_at: sa.func.coalesce(TaskProgressRow.acquiring_at, now),
         },
     )
     record_pick(session, queue, actor, now)
@@ -400,14 +404,17 @@ def _next_in_queue(session: Session, queue: QueueKey) -> str | None:
 
 
 def mark_running(session: Session, task_id: str, message: str, now: datetime) -> bool:
-    """All pods run: Running, phase running, the lease dropped (the run releases the slot)."""
+    """All pods run: Running, phase running, the lease dropped (the run releases the slot), and
+    running_at, which ends the acquisition an ETA learns from (the first time is kept)."""
     moved = _write_task(
         session, task_id, [Status.PENDING], now, {JobRow.message: message}, Status.RUNNING, None
     )
     if moved:
-        _move_progress(
-            session, task_id, [Phase.ACQUIRING], Phase.RUNNING, now, {TaskProgressRow.lease_id: None}
-        )
+        values: dict[Any, Any] = {
+            TaskProgressRow.lease_id: None,
+            TaskProgressRow.running_at: sa.func.coalesce(TaskProgressRow.running_at, now),
+        }
+        _move_progress(session, task_id, [Phase.ACQUIRING], Phase.RUNNING, now, values)
     return moved
 
 
@@ -1005,3 +1012,109 @@ def task_view_rows(session: Session, task_id: str) -> tuple[Task | None, Cluster
         return None, None, None
     job, cluster, progress = found
     return _task(job), _cluster(cluster) if cluster else None, _progress(progress) if progress else None
+
+
+# -- falcon task why -----------------------------------------------------------------------------
+
+
+def acquisition_times(session: Session, task_id: str) -> tuple[datetime | None, datetime | None]:
+    """When the task was picked and when its pods all ran (None: not yet, or before they were kept)."""
+    found = session.execute(
+        sa.select(TaskProgressRow.acquiring_at, TaskProgressRow.running_at).where(
+            TaskProgressRow.task_id == task_id
+        )
+    ).first()
+    return (found[0], found[1]) if found else (None, None)
+
+
+def acquisition_history(
+    session: Session, queue: QueueKey, limit: int
+) -> list[tuple[datetime | None, datetime | None]]:
+    """The queue's newest ``limit`` acquisitions that reached Running, as (pick, Running) pairs,
+    oldest first: one read of the (queue, running_at) index."""
+    rows = session.execute(
+        sa.select(TaskProgressRow.acquiring_at, TaskProgressRow.running_at)
+        .where(
+            TaskProgressRow.cluster_id == queue.cluster_id,
+            TaskProgressRow.topology == queue.topology,
+            TaskProgressRow.running_at.is_not(None),
+            TaskProgressRow.acquiring_at.is_not(None),
+        )
+        .order_by(TaskProgressRow.running_at.desc())
+        .limit(limit)
+    ).all()
+    return [(picked, running) for picked, running in reversed(rows)]
+
+
+def waiting_order(session: Session, queue: QueueKey) -> list[WaitingTask]:
+    """The queue's waiting tasks in the order the §4 rule picks them, from the database's waiting
+    rows and rotation (what the Waiting Messages show, without the dispatcher's book)."""
+    rows = session.execute(
+        sa.select(JobRow.id, JobRow.actor, JobRow.name, JobRow.created_at)
+        .join(TaskProgressRow, TaskProgressRow.task_id == JobRow.id)
+        .where(*_waiting_in(queue))
+    )
+    waiting = [WaitingTask(task_id, actor, name, created) for task_id, actor, name, created in rows]
+    rotation = session.get(QueueRotationRow, (queue.cluster_id, queue.topology), populate_existing=True)
+    return pick_order(waiting, rotation.last_actor if rotation else None)
+
+
+def queue_acquirer(session: Session, queue: QueueKey) -> Acquirer | None:
+    """The task holding the queue's slot in the database, with the pool it holds; None if none."""
+    found = session.execute(
+        sa.select(JobRow, TaskProgressRow.acquiring_at)
+        .join(TaskProgressRow, TaskProgressRow.task_id == JobRow.id)
+        .where(
+            TaskProgressRow.cluster_id == queue.cluster_id,
+            TaskProgressRow.topology == queue.topology,
+            TaskProgressRow.phase == Phase.ACQUIRING.value,
+        )
+        .order_by(TaskProgressRow.acquiring_at, JobRow.id)
+        .limit(1)
+    ).first()
+    if found is None:
+        return None
+    job, acquiring_at = found
+    task = _task(job)
+    pool = session.scalar(
+        sa.select(NodePoolRow).where(
+            NodePoolRow.cluster_id == queue.cluster_id,
+            NodePoolRow.holder_task_id == task.id,
+            NodePoolRow.state.in_([PoolState.CREATING.value, PoolState.IN_USE.value]),
+        )
+    )
+    return Acquirer(
+        task_id=task.id,
+        actor=task.actor,
+        name=task.name,
+        reason=task.reason,
+        message=task.message,
+        acquiring_at=acquiring_at,
+        dispatched_at=task.dispatched_at,
+        pool=_pool_facts(pool) if pool else None,
+    )
+
+
+def _pool_facts(row: NodePoolRow) -> PoolFacts:
+    return PoolFacts(
+        name=row.name,
+        mode=ProvisioningMode(row.mode),
+        state=PoolState(row.state),
+        reservation=row.reservation,
+        created_at=row.created_at,
+        ready_at=row.ready_at,
+    )
+
+
+def pools_on_reservation(session: Session, cluster_id: str, reservation: str) -> list[str]:
+    """The topology of each live pool Falcon has on the cluster's reservation (one per pool)."""
+    return list(
+        session.scalars(
+            sa.select(NodePoolRow.topology).where(
+                NodePoolRow.cluster_id == cluster_id,
+                NodePoolRow.reservation == reservation,
+                NodePoolRow.mode == ProvisioningMode.RESERVATION.value,
+                NodePoolRow.state.in_([s.value for s in LIVE_POOL_STATES]),
+            )
+        )
+    )
