@@ -97,8 +97,12 @@ def cluster_add(
     ] = None,
     namespace: Annotated[str, typer.Option()] = "falcon-jobs",
     status: Annotated[ClusterStatus, typer.Option()] = ClusterStatus.ACTIVE,
+    check: Annotated[
+        bool, typer.Option("--check/--no-check", help="run `falcon cluster check` on it afterwards")
+    ] = True,
 ) -> None:
-    """Register an edge cluster (idempotent on project/location/name)."""
+    """Register an edge cluster (idempotent on project/location/name), then check it: the
+    registration stands whatever the check finds (exit 0); `falcon cluster check` is the gate."""
     _short_lived()
     from falcon.adapters.db import repository as repo
     from falcon.domain.node_pools import ReservationRef
@@ -110,8 +114,11 @@ def cluster_add(
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--reservation") from exc
     with database() as session:
-        if repo.find_cluster(session, name, project, location):
+        found = repo.find_cluster(session, name, project, location)
+        if found is not None:
             typer.echo(f"cluster {project}/{location}/{name} is already registered")
+            if check:
+                _check_after_add(found)
             return
         cluster = Cluster(
             str(uuid.uuid4()),
@@ -130,6 +137,74 @@ def cluster_add(
 
     cluster_registered(cluster)
     typer.echo(f"registered {cluster.id} {project}/{location}/{name}")
+    if check:
+        _check_after_add(cluster)
+
+
+def _check_after_add(cluster: Cluster) -> None:
+    """The check's lines; a failure is said on stderr but does not fail `add`: the row is written
+    (and the dispatcher may pick it), and a script that must stop gates on `falcon cluster check`."""
+    if _run_check(cluster):
+        typer.echo(
+            f"falcon cluster add: {cluster.name} is registered but failed its check; fix the above, then "
+            f"run `falcon cluster check {cluster.name} --project={cluster.project} "
+            f"--location={cluster.location}`",
+            err=True,
+        )
+
+
+@cluster_app.command("check")
+def cluster_check(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="the registered cluster's name (or id)")],
+    project: Annotated[str | None, typer.Option(help="when two projects have a cluster NAME")] = None,
+    location: Annotated[str | None, typer.Option(help="when two locations have a cluster NAME")] = None,
+) -> None:
+    """Prove a registration before the first task: GKE reachable, Falcon's IAM permissions, the
+    reservation, the TPU type in the zone, the Job namespace and service account, the bucket
+    binding, the TidalScheduler CRD. One line per check, with the fix of each failure; exit 1 on any."""
+    _short_lived()
+    from falcon.adapters.db.migrate import SchemaState, schema_state
+    from falcon.adapters.db.store import SqlTaskStore
+    from falcon.cli_db import registered_cluster
+    from falcon.settings import get_settings
+
+    url = get_settings().resolved_database_url
+    registered = [] if schema_state(url) is SchemaState.NEW else SqlTaskStore(url).clusters()
+    wanted = [
+        c
+        for c in registered
+        if (project is None or c.project == project) and (location is None or c.location == location)
+    ]
+    try:
+        cluster = registered_cluster(wanted, name)
+    except typer.BadParameter as exc:
+        raise typer.BadParameter(
+            exc.message.replace("give the id", "add --project/--location or give the id"), param_hint="NAME"
+        ) from exc
+    raise typer.Exit(code=_run_check(cluster))
+
+
+def _run_check(cluster: Cluster) -> int:
+    """Print each check's verdict (and fix); 1 when one failed."""
+    from falcon.bootstrap import Gateways
+    from falcon.settings import get_settings
+
+    zone = cluster.zone or cluster.location
+    typer.echo(f"checking {cluster.name} ({cluster.project}/{cluster.location}, zone {zone})")
+    try:
+        from falcon.adapters.cluster_probe import ClusterProbe
+        from falcon.domain.cluster_check import evaluate, failed
+
+        probe = ClusterProbe(Gateways(get_settings()))
+    except Exception as exc:  # no credentials at all: nothing else can be asked
+        typer.echo(f"FAIL credentials: {_first_line(exc)}")
+        typer.echo("     fix: gcloud auth application-default login, or set FALCON_GCP_CREDENTIALS_BLOCK")
+        return 1
+    setup = probe.setup()
+    results = evaluate(cluster, probe.facts(cluster, setup.job_service_account), setup)
+    for result in results:
+        typer.echo(result.line)
+    return 1 if failed(results) else 0
 
 
 def _node_zone(location: str, zone: str | None) -> str:

@@ -92,6 +92,13 @@ What is modelled
   https://cloud.google.com/compute/docs/instances/reservations-shared ; consuming reservations in GKE
   https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations ; xpk PR #822
   https://github.com/AI-Hypercomputer/xpk/pull/822 .
+* What ``falcon cluster check`` reads besides: Compute ``machineTypes.get`` (a TPU type only in the zones
+  offering it), Resource Manager v1 ``projects.testIamPermissions`` (``iam_api``: the project's configured
+  ``iamPermissions``, default all; ``{}`` when none is held) and Cloud Storage ``buckets.getIamPolicy``
+  (``storage_api``: the bucket's ``writers`` bound to ``roles/storage.objectUser``). References:
+  https://cloud.google.com/resource-manager/reference/rest/v1/projects/testIamPermissions ;
+  https://cloud.google.com/storage/docs/json_api/v1/buckets/getIamPolicy ;
+  https://cloud.google.com/compute/docs/reference/rest/v1/machineTypes/get .
 * Kubernetes, one independent API per cluster under ``/k8s/<p>/<l>/<c>``: namespaces, nodes, pods (+log),
   events, services, serviceaccounts, batch/v1 jobs; list (label selectors with equality and set-based terms,
   field selectors, limit/continue), get, create (no Content-Type = JSON, dryRun), merge/strategic/JSON patch,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from falcon_emulator import admin_api, compute_api, gke_api, k8s_api
+from falcon_emulator import admin_api, compute_api, gke_api, iam_api, k8s_api, storage_api
 from falcon_emulator.config import EmulatorConfig
 from falcon_emulator.fault_injection import FaultInjection
 from falcon_emulator.simulation import run_loop
@@ -64,6 +64,7 @@ def create_app(config: EmulatorConfig, data_dir: Path) -> FastAPI:
     )
     app.state.emulator = state
     app.add_middleware(FaultInjection, state=state)
-    for module in (admin_api, compute_api, gke_api, k8s_api):
+    # iam_api before gke_api: GKE's /v1/{path} would take Resource Manager's /v1/projects/P:testIamPermissions
+    for module in (admin_api, compute_api, iam_api, gke_api, k8s_api, storage_api):
         app.include_router(module.router)
     return app

@@ -1,4 +1,5 @@
-"""compute.googleapis.com/compute/v1: reservations (get, list, aggregated list, read by zone exactly) and
+"""compute.googleapis.com/compute/v1: reservations (get, list, aggregated list, read by zone exactly), machine
+types (get: a TPU type only in the zones offering it) and
 regional resource policies (get, list, insert, delete, as ``compute_v1.ResourcePoliciesClient`` sends them)
 with their region operations.
 
@@ -21,6 +22,7 @@ from starlette.responses import Response
 from falcon_emulator.errors import GoogleError, json_response
 from falcon_emulator.gke_api import emulator_state, read_json
 from falcon_emulator.state import COMPUTE_BASE, EmulatorState, ResourcePolicy
+from falcon_emulator.tpu_catalog import is_known_machine_type, offering_zones, tpu_machine
 from falcon_emulator.util import JSON, random_hex, rfc3339
 
 router = APIRouter()
@@ -76,6 +78,8 @@ def _dispatch(state: EmulatorState, method: str, parts: list[str], body: Any) ->
             if reservation is None:
                 raise _not_found(f"projects/{project}/zones/{zone}/reservations/{name}")
             return reservation.to_json()
+        case "GET", ["projects", project, "zones", zone, "machineTypes", name]:
+            return _machine_type(state, project, zone, name)
         case "GET", ["projects", project, "aggregated", "reservations"]:
             return _aggregated_reservations(state, project)
         case "GET", ["projects", project, "regions", region, "resourcePolicies"]:
@@ -103,6 +107,36 @@ def _dispatch(state: EmulatorState, method: str, parts: list[str], body: Any) ->
             501, f"Method {method} /compute/v1/{'/'.join(parts)} is not implemented by the emulator."
         )
     raise _not_found("/".join(parts))
+
+
+def _machine_type(state: EmulatorState, project: str, zone: str, name: str) -> JSON:
+    """machineTypes.get: a TPU machine type exists only in the zones offering it (tpu_catalog, or the
+    config's tpuZones); another well-formed machine type in every zone; anything else is notFound."""
+    path = f"projects/{project}/zones/{zone}/machineTypes/{name}"
+    if project not in state.config.projects:
+        raise _not_found(f"projects/{project}")
+    machine = tpu_machine(name)
+    offered = (
+        zone in offering_zones(machine, state.config.tpu_zones)
+        if machine is not None
+        else is_known_machine_type(name)
+    )
+    if not offered:
+        raise _not_found(path)
+    link = f"{COMPUTE_BASE}/{path}"
+    found: JSON = {
+        "kind": "compute#machineType",
+        "id": str(zlib.crc32(name.encode()) * 1000003),
+        "name": name,
+        "description": name,
+        "zone": zone,
+        "selfLink": link,
+    }
+    if machine is not None:
+        found["accelerators"] = [
+            {"guestAcceleratorType": machine.accelerator, "guestAcceleratorCount": machine.chips}
+        ]
+    return found
 
 
 def _not_found(path: str) -> ComputeError:

@@ -65,6 +65,8 @@ class BucketConfig(_Model):
 
 
 class ProjectConfig(_Model):
+    # What testIamPermissions says the caller holds on the project; None: every permission asked.
+    iam_permissions: list[str] | None = None
     reservations: dict[str, ReservationConfig] = Field(default_factory=dict)
     buckets: dict[str, BucketConfig] = Field(default_factory=dict)
     clusters: dict[str, ClusterConfig] = Field(default_factory=dict)

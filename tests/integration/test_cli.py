@@ -31,6 +31,7 @@ def test_clusters_are_registered_once_and_listed(falcon) -> None:  # type: ignor
         "cluster",
         "add",
         "edge-a",
+        "--no-check",  # about the row; real credentials would otherwise ask Google
         "--project",
         "p",
         "--location",

@@ -24,7 +24,7 @@ import yaml
 from tests.unit.test_tidal_manifests import grants, role_and_binding
 
 from falcon.adapters.gke import to_node_pool
-from falcon.adapters.iam import PERMISSIONS, REQUIRED_PERMISSIONS, calls_needing
+from falcon.adapters.iam import PERMISSIONS, REQUIRED_PERMISSIONS, REST_PERMISSIONS, calls_needing
 from falcon.domain.model import ProvisioningMode
 from falcon.domain.node_pools import NodePoolPlan
 from falcon.domain.topology import resolve_shape
@@ -93,10 +93,10 @@ RBAC: dict[Call, tuple[str, str, str, tuple[str, ...]]] = {
     ),
 }
 # `falcon tidal apply` of the CRD: a cluster-wide change a cluster admin makes (kubectl apply in
-# infra/README.md), never granted to Falcon's account.
+# infra/README.md), never granted to Falcon's account. Reading the CRD is granted (in PERMISSIONS):
+# `falcon cluster check` asks whether it is installed.
 OPERATOR: set[Call] = {
     ("ApiextensionsV1Api", "create_custom_resource_definition"),
-    ("ApiextensionsV1Api", "read_custom_resource_definition"),
     ("ApiextensionsV1Api", "replace_custom_resource_definition"),
 }
 
@@ -219,6 +219,36 @@ def code_calls() -> dict[Call, list[str]]:
     return calls
 
 
+def rest_calls() -> dict[str, list[str]]:
+    """The REST calls the code makes: the literal method id of every ``_google_rest(...)`` call."""
+    calls: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(SOURCES.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = (
+                func.attr
+                if isinstance(func, ast.Attribute)
+                else func.id
+                if isinstance(func, ast.Name)
+                else ""
+            )
+            if name == "_google_rest":
+                first = node.args[0] if node.args else None
+                assert isinstance(first, ast.Constant) and isinstance(first.value, str), (
+                    f"{path}:{node.lineno}: a REST call must name its API method id as a literal"
+                )
+                calls[first.value].append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return calls
+
+
+def test_rest_calls_and_their_grants_match() -> None:
+    """Calls with no generated client (AuthorizedSession) are listed in REST_PERMISSIONS by method id."""
+    made = rest_calls()
+    assert set(made) == set(REST_PERMISSIONS), f"REST calls {dict(made)} vs table {sorted(REST_PERMISSIONS)}"
+
+
 # -- the scanner itself can fail ---------------------------------------------------------------------------
 def test_scan_finds_the_calls_we_know_of() -> None:
     known = {
@@ -337,7 +367,7 @@ def test_role_file_is_what_gcloud_iam_roles_create_takes() -> None:
 
 
 def test_permission_names_have_the_service_resource_verb_shape() -> None:
-    shape = re.compile(r"(container|compute)\.[a-z][A-Za-z]+\.[a-z][A-Za-z]+")
+    shape = re.compile(r"(container|compute|storage)\.[a-z][A-Za-z]+\.[a-z][A-Za-z]+")
     assert all(shape.fullmatch(p) for p in REQUIRED_PERMISSIONS)
     # GKE has no node-pool permissions: its node-pool methods check the cluster's.
     assert not any(p.startswith("container.nodePools.") for p in REQUIRED_PERMISSIONS)

@@ -44,11 +44,30 @@ PERMISSIONS: Mapping[tuple[str, str], tuple[str, ...]] = {
     ("CoreV1Api", "list_namespaced_service"): ("container.services.list",),
     ("CoreV1Api", "list_namespaced_event"): ("container.events.list",),
     ("CoreV1Api", "list_namespaced_pod"): ("container.pods.list",),
+    # `falcon cluster check` (cluster_probe.py): what onboarding set up, read before the first task.
+    # The CRD read is also `falcon tidal apply`'s (create or replace).
+    ("MachineTypesClient", "get"): ("compute.machineTypes.get",),
+    ("CoreV1Api", "read_namespace"): ("container.namespaces.get",),
+    ("CoreV1Api", "read_namespaced_service_account"): ("container.serviceAccounts.get",),
+    ("ApiextensionsV1Api", "read_custom_resource_definition"): ("container.customResourceDefinitions.get",),
 }
 
-REQUIRED_PERMISSIONS: tuple[str, ...] = tuple(sorted({p for ps in PERMISSIONS.values() for p in ps}))
+# Calls made over plain REST (google.auth's AuthorizedSession), with no generated client to scan:
+# API method id -> permissions. The probe names the method id in every such call
+# (``_google_rest("storage.buckets.getIamPolicy", ...)``), which the coverage test reads.
+# testIamPermissions needs no permission (Resource Manager's reference: "There are no permissions
+# required for making this API call"); a bucket's policy is read with storage.buckets.getIamPolicy.
+REST_PERMISSIONS: Mapping[str, tuple[str, ...]] = {
+    "cloudresourcemanager.projects.testIamPermissions": (),
+    "storage.buckets.getIamPolicy": ("storage.buckets.getIamPolicy",),
+}
+
+REQUIRED_PERMISSIONS: tuple[str, ...] = tuple(
+    sorted({p for ps in [*PERMISSIONS.values(), *REST_PERMISSIONS.values()] for p in ps})
+)
 
 
 def calls_needing(permission: str) -> list[str]:
     """The calls a missing permission breaks ("Client.method"), for a check to name them."""
-    return sorted(f"{client}.{method}" for (client, method), ps in PERMISSIONS.items() if permission in ps)
+    calls = [f"{client}.{method}" for (client, method), ps in PERMISSIONS.items() if permission in ps]
+    return sorted(calls + [method for method, ps in REST_PERMISSIONS.items() if permission in ps])
