@@ -9,7 +9,9 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -75,6 +77,7 @@ def chromium(width: int = 1600, height: int = 1000) -> Iterator[Page]:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its renderer and helper processes share this group
         )
         try:
             with connect(_page_socket(Path(profile), proc), max_size=64 * 1024 * 1024) as socket:
@@ -82,8 +85,21 @@ def chromium(width: int = 1600, height: int = 1000) -> Iterator[Page]:
                 page.call("Page.enable")
                 yield page
         finally:
-            proc.kill()
-            proc.wait(timeout=10)
+            _kill_group(proc)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill Chromium and every helper it started, and wait until none is left: a helper still
+    writing into the profile would make removing it fail ("Directory not empty")."""
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
 
 
 def _page_socket(profile: Path, proc: subprocess.Popen[bytes]) -> str:
