@@ -100,7 +100,8 @@ What is modelled
   https://cloud.google.com/storage/docs/json_api/v1/buckets/getIamPolicy ;
   https://cloud.google.com/compute/docs/reference/rest/v1/machineTypes/get .
 * Kubernetes, one independent API per cluster under ``/k8s/<p>/<l>/<c>``: namespaces, nodes, pods (+log),
-  events, services, serviceaccounts, batch/v1 jobs; list (label selectors with equality and set-based terms,
+  events, services, serviceaccounts, secrets (``stringData`` merged into base64 ``data``, ``secrets``),
+  batch/v1 jobs; list (label selectors with equality and set-based terms,
   field selectors, limit/continue), get, create (no Content-Type = JSON, dryRun), merge/strategic/JSON patch,
   PUT with resourceVersion conflicts, delete (Job propagation Orphan by default, Background, Foreground), and
   watch (NDJSON, resume from resourceVersion, 410 Expired once compacted, timeoutSeconds, bookmarks, DELETED
@@ -115,7 +116,15 @@ What is modelled
   SuccessCriteriaMet -> Complete, ttlSecondsAfterFinished, suspend), scheduler (nodeSelector, required node
   affinity, taints/tolerations, ``google.com/tpu`` capacity, pod count, FailedScheduling events), kubelet
   (ContainerCreating -> Running -> terminated, scripted by EMULATOR_RUN_SECONDS / EMULATOR_EXIT_CODE /
-  EMULATOR_OOM / EMULATOR_STDOUT).
+  EMULATOR_OOM / EMULATOR_STDOUT; env ``secretKeyRef`` read from the Secret, a missing one holding the
+  container in CreateContainerConfigError).
+* A cluster with ``runsCommands: true`` stands in for a central cluster: its kubelet runs each container's
+  command and args as a local process (``processes``: the image ignored, the emulator's Python as its
+  stand-in, the pod's env, output as the log, exit status as the container's, SIGTERM then SIGKILL when
+  the pod is deleted). ``nodePools`` gives a cluster node pools it has from the start (GKE's
+  ``default-pool``), for pods that need no TPU. Reference:
+  https://kubernetes.io/docs/concepts/configuration/secret/ ;
+  https://kubernetes.io/docs/concepts/containers/container-lifecycle-hooks/ (termination).
 * What GKE's admission and kubelet judge in a pod (modules ``admission``, ``service_accounts``, ``tpu``,
   ``gcsfuse``, ``images``, ``kubelet``), each rule with its documentation source:
 

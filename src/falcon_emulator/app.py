@@ -12,6 +12,8 @@ from fastapi import FastAPI
 from falcon_emulator import admin_api, compute_api, gke_api, iam_api, k8s_api, storage_api
 from falcon_emulator.config import EmulatorConfig
 from falcon_emulator.fault_injection import FaultInjection
+from falcon_emulator.kubelet import stop_processes
+from falcon_emulator.nodepools import add_standing_pools
 from falcon_emulator.simulation import run_loop
 from falcon_emulator.state import EmulatorState
 from falcon_emulator.store import KubeStore
@@ -22,6 +24,7 @@ _BASE_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 def _seed(state: EmulatorState) -> None:
     for cluster in state.clusters.values():
+        add_standing_pools(state, cluster)
         for name in _BASE_NAMESPACES:
             namespace: JSON = {
                 "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
@@ -54,6 +57,7 @@ def create_app(config: EmulatorConfig, data_dir: Path) -> FastAPI:
             stop.set()
             close_watches(state)
             await task
+            stop_processes(state)
 
     app = FastAPI(
         title="Falcon GKE/Compute/Kubernetes emulator",

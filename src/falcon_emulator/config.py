@@ -25,6 +25,13 @@ class FlexStartConfig(_Model):
     delay_seconds: float = 2.0
 
 
+class StandingPoolConfig(_Model):
+    """A node pool the cluster has from the start (GKE's default-pool, say): RUNNING, its nodes Ready."""
+
+    machine_type: str = "e2-standard-8"
+    node_count: int = Field(default=1, ge=1)
+
+
 class ClusterConfig(_Model):
     location: str
     flex_start: FlexStartConfig = Field(default_factory=FlexStartConfig)
@@ -33,6 +40,10 @@ class ClusterConfig(_Model):
     # Kubernetes ServiceAccounts ("namespace/name") that exist from the start, besides each namespace's
     # "default" (created by the ServiceAccount controller on a real cluster).
     service_accounts: list[str] = Field(default_factory=list)
+    node_pools: dict[str, StandingPoolConfig] = Field(default_factory=dict)
+    # The kubelet runs each container's command as a local process (falcon_emulator.processes): a
+    # central cluster whose pods are Prefect flow runs.
+    runs_commands: bool = False
 
     @field_validator("gke_version")
     @classmethod

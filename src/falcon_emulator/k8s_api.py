@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from starlette.datastructures import QueryParams
 from starlette.responses import PlainTextResponse, Response
 
-from falcon_emulator import apps, crds
+from falcon_emulator import apps, crds, secrets
 from falcon_emulator.admission import admit_pod
 from falcon_emulator.apps import APPS
 from falcon_emulator.crds import CRD_PLURAL, has_status, served_types
@@ -207,6 +207,8 @@ def _admit_create(rt: ResourceType, obj: JSON) -> None:
     elif rt.key in APPS:
         apps.admit(rt, obj)
     else:
+        if rt.key == "secrets":
+            secrets.admit(obj)
         return
     obj["metadata"]["generation"] = 1
 
@@ -297,6 +299,8 @@ def _admit_update(rt: ResourceType, old: JSON, new: JSON) -> None:
         _check_definition(rt, new)
     elif rt.key in APPS:
         apps.check_replicas(rt, new["metadata"]["name"], (new.get("spec") or {}).get("replicas"))
+    elif rt.key == "secrets":
+        secrets.admit(new)
     if "generation" in old["metadata"]:
         new["metadata"]["generation"] = next_generation(old, new, status_apart=has_status(rt))
     if rt.key in APPS:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from falcon_emulator import processes, secrets
 from falcon_emulator.events import record_event
 from falcon_emulator.gcsfuse import mount_failure
 from falcon_emulator.images import invalid_reason, missing, pull_error
@@ -70,7 +71,39 @@ def _creating(
     if unpullable:
         _pull_failed(state, cluster, pod, runtime, now, str(unpullable[0]["image"]))
         return
-    _start(state, cluster, pod, runtime, now)
+    try:
+        envs = {c["name"]: _environment(cluster, pod, c) for c in pod["spec"]["containers"]}
+    except LookupError as error:
+        _config_error(state, cluster, pod, runtime, now, str(error))
+        return
+    _start(state, cluster, pod, runtime, now, envs)
+
+
+def _environment(cluster: ClusterState, pod: JSON, container: JSON) -> dict[str, str]:
+    """The container's env with its secretKeyRefs read; LookupError (the kubelet's message) when a
+    required Secret or key is missing."""
+    env = container_env(pod, container)
+    for var in container.get("env") or []:
+        ref = (var.get("valueFrom") or {}).get("secretKeyRef")
+        if ref is not None:
+            value = secrets.resolve(cluster.store, pod["metadata"]["namespace"], ref)
+            if value is None:
+                env.pop(var["name"], None)
+            else:
+                env[var["name"]] = value
+    return env
+
+
+def _config_error(
+    state: EmulatorState, cluster: ClusterState, pod: JSON, runtime: PodRuntime, now: float, message: str
+) -> None:
+    """kubelet's generateContainerConfig failed: CreateContainerConfigError, retried at each sync."""
+    _set_waiting(pod, "CreateContainerConfigError", message)
+    cluster.store.touch("pods", pod)
+    event = record_event(cluster, pod, "Failed", f"Error: {message}", warning=True)
+    runtime.next_at = now + _retry_after(
+        state.config.image_pull_backoff_seconds, _cap(state), int(event["count"])
+    )
 
 
 def _invalid_image(
@@ -131,11 +164,18 @@ def _set_readiness(pod: JSON) -> None:
             set_condition(pod, kind, "True")
 
 
-def _start(state: EmulatorState, cluster: ClusterState, pod: JSON, runtime: PodRuntime, now: float) -> None:
+def _start(
+    state: EmulatorState,
+    cluster: ClusterState,
+    pod: JSON,
+    runtime: PodRuntime,
+    now: float,
+    envs: dict[str, dict[str, str]],
+) -> None:
     started = rfc3339()
     statuses = []
     for container in pod["spec"]["containers"]:
-        env = container_env(pod, container)
+        env = envs[container["name"]]
         runtime.envs[container["name"]] = env
         runtime.container_ends[container["name"]] = now + _run_seconds(state, env)
         statuses.append(_running_status(container, started))
@@ -153,10 +193,55 @@ def _start(state: EmulatorState, cluster: ClusterState, pod: JSON, runtime: PodR
         )
         record_event(cluster, pod, "Started", f"Started container {container['name']}")
         append_log(cluster, pod, container, start_text(container, runtime.envs[container["name"]]))
+    if cluster.config.runs_commands:
+        _run_processes(state, cluster, pod, runtime)
     _await_workers(cluster, pod, runtime, statuses)
     _set_readiness(pod)
     cluster.store.touch("pods", pod)
     runtime.stage, runtime.next_at = "running", _next_wakeup(runtime, now)
+
+
+def _run_processes(state: EmulatorState, cluster: ClusterState, pod: JSON, runtime: PodRuntime) -> None:
+    """Each container's command as a local process; it ends when the process does. A command that
+    cannot start ends its container at once with 128 (the runtime's StartError)."""
+    home = state.data_dir / "pods" / pod["metadata"]["uid"]
+    for container in pod["spec"]["containers"]:
+        name = container["name"]
+        env = runtime.envs[name]
+        command = processes.argv(container, env)
+        try:
+            runtime.processes[name] = processes.start(
+                command, {**processes.image_environment(home), **env}, home / name
+            )
+            runtime.container_ends[name] = math.inf
+        except (OSError, ValueError) as error:
+            runtime.container_ends[name] = 0
+            runtime.envs[name] = {**env, "EMULATOR_EXIT_CODE": "128"}
+            append_log(cluster, pod, container, f"[emulator] {rfc3339()} cannot start {command}: {error}\n")
+
+
+def _collect_processes(cluster: ClusterState, pod: JSON, runtime: PodRuntime, now: float) -> bool:
+    """Move each process's output into its container's log; a process that exited ends its container
+    with its exit code. True if a container ended."""
+    ended = False
+    containers = {c["name"]: c for c in pod["spec"]["containers"]}
+    for name, process in runtime.processes.items():
+        if text := process.take_output():
+            append_log(cluster, pod, containers[name], text)
+        code = process.exit_code()
+        if code is not None and math.isinf(runtime.container_ends.get(name, 0)):
+            runtime.container_ends[name] = now
+            runtime.envs[name] = {**runtime.envs[name], "EMULATOR_EXIT_CODE": str(code)}
+            ended = True
+    return ended
+
+
+def stop_processes(state: EmulatorState) -> None:
+    """Kill every container process still running (the emulator is shutting down)."""
+    with state.lock:
+        running = [p for c in state.clusters.values() for r in c.pods.values() for p in r.processes.values()]
+    for process in running:
+        processes.kill(process)
 
 
 def _await_workers(cluster: ClusterState, pod: JSON, runtime: PodRuntime, statuses: list[JSON]) -> None:
@@ -179,6 +264,8 @@ def _join_workers(
     for status in pod["status"]["containerStatuses"]:
         name = status["name"]
         env = runtime.envs.get(name, {})
+        if name in runtime.processes:  # a process's container ends with it, not after a run time
+            continue
         if not math.isinf(runtime.container_ends.get(name, 0)) or unreachable_workers(cluster, pod, env):
             continue
         runtime.container_ends[name] = now + _run_seconds(state, env)
@@ -242,6 +329,8 @@ def outcome(env: dict[str, str]) -> tuple[int, str]:
 
 def _running(state: EmulatorState, cluster: ClusterState, pod: JSON, runtime: PodRuntime, now: float) -> None:
     changed = _join_workers(state, cluster, pod, runtime, now)
+    if runtime.processes:
+        changed = _collect_processes(cluster, pod, runtime, now) or changed
     containers = {c["name"]: c for c in pod["spec"]["containers"]}
     for status in pod["status"]["containerStatuses"]:
         name = status["name"]
@@ -277,6 +366,9 @@ def _terminating(
     if not is_terminal(pod):
         for container in pod["spec"]["containers"]:
             record_event(cluster, pod, "Killing", f"Stopping container {container['name']}")
+        grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
+        for process in runtime.processes.values():
+            processes.terminate(process, grace)
         terminate_containers(pod, 143, "Error")
         finish_pod(pod, "Failed")
         cluster.store.touch("pods", pod)

@@ -376,6 +376,21 @@ def add_nodes(state: EmulatorState, cluster: ClusterState, pool: NodePool, zone:
         pool.nodes.append(name)
 
 
+def add_standing_pools(state: EmulatorState, cluster: ClusterState) -> None:
+    """The node pools the config gives the cluster from the start, RUNNING with their nodes."""
+    for name, conf in cluster.config.node_pools.items():
+        zones = cluster.config.node_zones()[:1]
+        spec: JSON = {
+            "name": name,
+            "config": {"machineType": conf.machine_type},
+            "initialNodeCount": conf.node_count,
+            "locations": zones,
+        }
+        pool = NodePool(name, spec, zones, status="RUNNING")
+        cluster.node_pools[name] = pool
+        add_nodes(state, cluster, pool, zones[0], conf.node_count)
+
+
 def remove_nodes(cluster: ClusterState, pool: NodePool) -> None:
     doomed = set(pool.nodes)
     for pod in list(cluster.store.iter("pods")):

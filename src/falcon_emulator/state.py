@@ -13,11 +13,15 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from falcon_emulator.config import ClusterConfig, EmulatorConfig
 from falcon_emulator.faults import Faults
 from falcon_emulator.store import KubeStore, ResourceVersions
 from falcon_emulator.util import JSON, rfc3339, rfc3339_micro
+
+if TYPE_CHECKING:
+    from falcon_emulator.processes import Process
 
 GKE_BASE = "https://container.googleapis.com/v1"
 COMPUTE_BASE = "https://www.googleapis.com/compute/v1"
@@ -220,6 +224,7 @@ class PodRuntime:
     next_at: float
     container_ends: dict[str, float] = field(default_factory=dict)
     envs: dict[str, dict[str, str]] = field(default_factory=dict)  # container -> resolved environment
+    processes: dict[str, Process] = field(default_factory=dict)  # container -> its process (runsCommands)
 
 
 @dataclass

@@ -48,6 +48,7 @@ RESOURCES: dict[tuple[str, str], ResourceType] = {
         ResourceType("", "v1", "events", "Event", True),
         ResourceType("", "v1", "services", "Service", True),
         ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True),
+        ResourceType("", "v1", "secrets", "Secret", True),
         ResourceType("batch", "v1", "jobs", "Job", True),
         ResourceType("apps", "v1", "deployments", "Deployment", True),
         ResourceType("apps", "v1", "statefulsets", "StatefulSet", True),

@@ -102,8 +102,12 @@ def started(cwd: Path, *args: str, env: dict[str, str]) -> Iterator[subprocess.P
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:  # a failed test: SIGTERM, which stops the servers it started in
+            os.killpg(proc.pid, signal.SIGTERM)  # sessions of their own (SIGKILL would orphan them)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
         log.close()
 
 

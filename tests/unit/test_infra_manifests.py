@@ -35,7 +35,7 @@ TEMPLATE = CENTRAL / "k8s-work-pool-template.json"
 WORKER_VALUES = CENTRAL / "prefect-worker-values.yaml"
 SERVER_ENV = CENTRAL / "prefect-server.env"
 BOOTSTRAP = EDGE / "bootstrap.sh"
-WORK_POOL = "falcon-k8s"
+WORK_POOL = "falcon"
 
 Json = dict[str, Any]
 
