@@ -29,9 +29,10 @@ system-deps:
 demo: install
 	$(BIN)/falcon demo $(if $(KEEP),--keep-running,)
 
-# Three workers on two cores: most tests wait on servers, not on the CPU.
+# Three workers on two cores: most tests wait on servers, not on the CPU. The chaos run starts
+# first (tests/conftest.py) and the other workers steal the rest of its share meanwhile.
 test: install system-deps lint
-	$(BIN)/pytest -q -n 3
+	$(BIN)/pytest -q -n 3 --dist worksteal
 
 # Style, types (mypy --strict on both packages) and the layering contracts in .importlinter.
 lint: install

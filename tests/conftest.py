@@ -57,3 +57,10 @@ def prefect_api() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The `slow` tests (the chaos run: minutes of one worker) first, so that they start at once
+    instead of wherever collection order puts them; work stealing (`--dist worksteal`) spreads the
+    rest of that worker's share over the others meanwhile."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

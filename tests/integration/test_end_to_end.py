@@ -79,7 +79,7 @@ def test_a_kept_pool_is_reused_by_the_next_task_of_the_same_queue(
     """t-stuck holds the queue slot (its image never pulls) while t-first finishes, so t-next
     is still waiting then: t-first's pool is kept and handed to t-next with no second create.
     t-first runs long enough (8 s) for t-next to be waiting before it ends even on a loaded
-    machine, and t-stuck times out (12 s after its dispatch) only after t-first has ended."""
+    machine; t-stuck times out 12 s after its dispatch, usually after t-first has ended."""
     driver = Driver(services)
     submit(db_url, "t-first", "alice", "2x2", run_seconds=8.0)
     driver.run_until(lambda t: t["t-first"].status is Status.RUNNING)
@@ -96,7 +96,9 @@ def test_a_kept_pool_is_reused_by_the_next_task_of_the_same_queue(
     assert first.status is Status.SUCCEEDED and nxt.status is Status.SUCCEEDED
     assert stuck.status is Status.FAILED and stuck.reason is Reason.TIMEOUT
     assert ("Pending", "Waiting") in driver.history["t-next"]
-    assert nxt.node_pool_name == first.node_pool_name  # handed over, not created again
+    # Handed over, not created again: t-first's pool, or t-stuck's when a loaded machine stretched
+    # t-first's run past t-stuck's timeout (both are kept while t-next waits).
+    assert nxt.node_pool_name in {first.node_pool_name, stuck.node_pool_name}
     assert emulator_counters(emulator)["nodePoolsCreated"] == 2  # t-first's and t-stuck's
 
 

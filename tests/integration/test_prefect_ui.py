@@ -5,6 +5,7 @@ under one key, attached to the dispatcher's flow run."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from uuid import UUID, uuid4
 
@@ -23,7 +24,10 @@ from prefect.context import FlowRunContext
 
 from falcon.adapters import slots
 from falcon.adapters.artifacts import VIEW_KEY, ViewArtifact
+from falcon.adapters.db import repository as repo
+from falcon.adapters.db.session import session_scope
 from falcon.adapters.slots import PrefectSlots, SlotNames
+from falcon.domain.lifecycle import Phase
 from falcon.domain.model import QueueKey, queue_label, slot_label
 from falcon.services.context import Services
 from falcon.services.dispatching import Dispatcher
@@ -88,13 +92,19 @@ def test_the_dispatcher_publishes_its_view_as_a_table_artifact_of_its_run(
     dispatcher = Dispatcher(replace(services, launcher=NoRuns(), settings=viewing), publish=ViewArtifact())  # type: ignore[arg-type]
 
     @flow(name="dispatcher-view-test")
-    def one_tick() -> UUID:
-        dispatcher.tick()
+    def picks_then_a_round() -> UUID:
+        # A busy Prefect may refuse the slot at one pick (fail-fast); the next pick asks again.
+        for _ in range(50):
+            dispatcher.pick_tick()
+            if phase(db_url, "v1") is Phase.ACQUIRING:
+                break
+            time.sleep(0.1)
+        dispatcher.reconcile()  # the round that builds and publishes the view
         context = FlowRunContext.get()
         assert context is not None and context.flow_run is not None
         return context.flow_run.id
 
-    run_id = one_tick()
+    run_id = picks_then_a_round()
     with get_client(sync_client=True) as client:
         (latest,) = client.read_artifacts(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[VIEW_KEY])),
@@ -105,6 +115,12 @@ def test_the_dispatcher_publishes_its_view_as_a_table_artifact_of_its_run(
     (row,) = [r for r in _rows(latest.data) if r["queue"] == LABEL]
     assert (row["acquiring"], row["next"]) == ("v1", "1. v2 (bob)")
     assert row["reservation room"].startswith("res-a: ") and row["reservation room"].endswith(" nodes free")
+
+
+def phase(db_url: str, task_id: str) -> Phase | None:
+    with session_scope(db_url) as s:
+        progress = repo.get_progress(s, task_id)
+    return None if progress is None else progress.phase
 
 
 def _rows(data: object) -> list[dict[str, str]]:
