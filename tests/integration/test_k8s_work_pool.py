@@ -32,8 +32,9 @@ from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import session_scope
 from falcon.domain.status import Status
 from falcon_emulator.server import EmulatorServer
-from tests.integration.harness import CLUSTER, EMULATOR, ROOT, clean_env, submit, wait_http
+from tests.integration.harness import CLUSTER, EMULATOR, ROOT, clean_env, submit
 from tests.integration.test_dispatcher_process import free_port
+from tests.integration.test_local_stack import serving
 
 PREFECT = str(Path(sys.executable).with_name("prefect"))
 CENTRAL = ("tpu-service", "us-central1", "central")
@@ -129,25 +130,15 @@ def prefect_server(tmp_path: Path) -> Iterator[str]:
     """A Prefect server of its own. Its scheduler is off: the dispatcher's 600 s interval run would
     otherwise take the deployment's one slot (CANCEL_NEW) for 590 s if it came first."""
     port = free_port()
-    env = clean_env(
-        PREFECT_HOME=str(tmp_path / "server-home"), PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED="false"
-    )
-    server = subprocess.Popen(
-        [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        wait_http(f"http://127.0.0.1:{port}/api/health", 120)
+    command = [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+    home = str(tmp_path / "server-home")
+    env = clean_env(PREFECT_HOME=home, PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED="false")
+    with serving(command, f"http://127.0.0.1:{port}/api/health", env, tmp_path):
         yield f"http://127.0.0.1:{port}/api"
-    finally:
-        stop(server)
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, as a service manager stops the worker; SIGKILL if it does not exit."""
     os.killpg(process.pid, signal.SIGTERM)
     try:
         process.wait(timeout=20)
