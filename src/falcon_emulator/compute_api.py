@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import time
-import zlib
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -23,7 +22,7 @@ from falcon_emulator.errors import GoogleError, json_response
 from falcon_emulator.gke_api import emulator_state, read_json
 from falcon_emulator.state import COMPUTE_BASE, EmulatorState, ResourcePolicy
 from falcon_emulator.tpu_catalog import is_known_machine_type, offering_zones, tpu_machine
-from falcon_emulator.util import JSON, random_hex, rfc3339
+from falcon_emulator.util import JSON, numeric_id, random_hex, rfc3339
 
 router = APIRouter()
 # Compute resource names (https://cloud.google.com/compute/docs/naming-resources).
@@ -126,7 +125,7 @@ def _machine_type(state: EmulatorState, project: str, zone: str, name: str) -> J
     link = f"{COMPUTE_BASE}/{path}"
     found: JSON = {
         "kind": "compute#machineType",
-        "id": str(zlib.crc32(name.encode()) * 1000003),
+        "id": numeric_id(name),
         "name": name,
         "description": name,
         "zone": zone,
@@ -228,11 +227,11 @@ def _done_operation(state: EmulatorState, project: str, region: str, kind: str, 
     now = rfc3339()
     operation: JSON = {
         "kind": "compute#operation",
-        "id": str(zlib.crc32(name.encode()) * 1000003),
+        "id": numeric_id(name),
         "name": name,
         "operationType": kind,
         "targetLink": target,
-        "targetId": str(zlib.crc32(target.encode()) * 1000003),
+        "targetId": numeric_id(target),
         "status": "DONE",
         "user": "emulator@falcon.local",
         "progress": 100,

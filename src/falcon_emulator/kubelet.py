@@ -216,7 +216,7 @@ def _run_processes(state: EmulatorState, cluster: ClusterState, pod: JSON, runti
             runtime.container_ends[name] = math.inf
         except (OSError, ValueError) as error:
             runtime.container_ends[name] = 0
-            runtime.envs[name] = {**env, "EMULATOR_EXIT_CODE": "128"}
+            runtime.exit_codes[name] = 128
             append_log(cluster, pod, container, f"[emulator] {rfc3339()} cannot start {command}: {error}\n")
 
 
@@ -231,7 +231,7 @@ def _collect_processes(cluster: ClusterState, pod: JSON, runtime: PodRuntime, no
         code = process.exit_code()
         if code is not None and math.isinf(runtime.container_ends.get(name, 0)):
             runtime.container_ends[name] = now
-            runtime.envs[name] = {**runtime.envs[name], "EMULATOR_EXIT_CODE": str(code)}
+            runtime.exit_codes[name] = code
             ended = True
     return ended
 
@@ -327,6 +327,14 @@ def outcome(env: dict[str, str]) -> tuple[int, str]:
     return code, "Completed" if code == 0 else "Error"
 
 
+def _ended(runtime: PodRuntime, container: str) -> tuple[int, str]:
+    """How a container ended: its process's exit status, else as its EMULATOR_* env scripts it."""
+    if container in runtime.exit_codes:
+        code = runtime.exit_codes[container]
+        return code, "Completed" if code == 0 else "Error"
+    return outcome(runtime.envs.get(container, {}))
+
+
 def _running(state: EmulatorState, cluster: ClusterState, pod: JSON, runtime: PodRuntime, now: float) -> None:
     changed = _join_workers(state, cluster, pod, runtime, now)
     if runtime.processes:
@@ -335,7 +343,7 @@ def _running(state: EmulatorState, cluster: ClusterState, pod: JSON, runtime: Po
     for status in pod["status"]["containerStatuses"]:
         name = status["name"]
         if "running" in status["state"] and runtime.container_ends.get(name, 0) <= now:
-            code, reason = outcome(runtime.envs.get(name, {}))
+            code, reason = _ended(runtime, name)
             status["state"] = {
                 "terminated": {
                     "exitCode": code,

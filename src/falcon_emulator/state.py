@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING
 from falcon_emulator.config import ClusterConfig, EmulatorConfig
 from falcon_emulator.faults import Faults
 from falcon_emulator.store import KubeStore, ResourceVersions
-from falcon_emulator.util import JSON, rfc3339, rfc3339_micro
+from falcon_emulator.util import JSON, numeric_id, rfc3339, rfc3339_micro
 
 if TYPE_CHECKING:
     from falcon_emulator.processes import Process
@@ -60,7 +59,7 @@ class Reservation:
     def to_json(self) -> JSON:
         return {
             "kind": "compute#reservation",
-            "id": str(zlib.crc32(self.self_link.encode()) * 1000003),
+            "id": numeric_id(self.self_link),
             "name": self.name,
             "zone": f"{COMPUTE_BASE}/projects/{self.project}/zones/{self.zone}",
             "selfLink": self.self_link,
@@ -100,7 +99,7 @@ class ResourcePolicy:
         return dict(
             self.body,
             kind="compute#resourcePolicy",
-            id=str(zlib.crc32(self.self_link.encode()) * 1000003),
+            id=numeric_id(self.self_link),
             name=self.name,
             region=f"{COMPUTE_BASE}/projects/{self.project}/regions/{self.region}",
             selfLink=self.self_link,
@@ -225,6 +224,7 @@ class PodRuntime:
     container_ends: dict[str, float] = field(default_factory=dict)
     envs: dict[str, dict[str, str]] = field(default_factory=dict)  # container -> resolved environment
     processes: dict[str, Process] = field(default_factory=dict)  # container -> its process (runsCommands)
+    exit_codes: dict[str, int] = field(default_factory=dict)  # container -> its process's exit status
 
 
 @dataclass

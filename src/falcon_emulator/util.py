@@ -7,6 +7,7 @@ import json
 import random
 import secrets
 import time
+import zlib
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +30,11 @@ def rfc3339_micro(ts: float | None = None) -> str:
 
 def parse_rfc3339(value: str) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def numeric_id(text: str) -> str:
+    """A stable uint64-looking id for a Compute resource, derived from its name or link."""
+    return str(zlib.crc32(text.encode()) * 1000003)
 
 
 def random_suffix(length: int = 5) -> str:
