@@ -59,7 +59,8 @@ class ChaosPlan:
     outside_kills: int = 4  # SIGKILLs of Falcon's process at random moments
     crash_probability: float = 0.002  # per effect or write: Falcon's process kills itself after it
     prefect_restarts: int = 1
-    drain_seconds: float = 600.0
+    drain_seconds: float = 600.0  # after the last arrival, for every row to end
+    clean_seconds: float = 120.0  # after that, for the fleet to be clean (a clean run takes 0-3 s)
     run_seconds: float = 0.3  # each task's container
 
 
@@ -378,7 +379,7 @@ def _run(
         )
         with _faults(emulator.url, plan), _running(worker):
             _drive(plan, db_url, worker, prefect, report)
-            report.seconds_to_clean = _wait_clean(emulator.url, reserved, plan.drain_seconds)
+            report.seconds_to_clean = _wait_clean(emulator.url, reserved, plan.clean_seconds)
         _judge(plan, db_url, emulator.url, reserved, events, report)
         report.worker_starts = worker.starts
 
