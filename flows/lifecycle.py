@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
-from falcon.adapters.runs import tagged_run
+from falcon.adapters.runs import tag_run
 from falcon.bootstrap import services
 from falcon.domain.lifecycle import RunStopped, RunSuperseded, TaskEnded
 from falcon.services.lease import held_lease
@@ -33,7 +33,8 @@ from falcon.tasks import (
 def task_lifecycle(task_id: str, lease_id: str = "") -> str:
     logger = get_run_logger()
     svc = services()
-    with held_lease(lease_id, svc.settings.slot_lease_seconds, svc.slots), tagged_run(task_tags(task_id)):
+    with held_lease(lease_id, svc.settings.slot_lease_seconds, svc.slots):
+        tag_run(task_tags(task_id))
         try:
             started = svc.clock.now().isoformat()
             view = load_task(task_id, lease_id)
@@ -60,9 +61,9 @@ def task_lifecycle(task_id: str, lease_id: str = "") -> str:
 
 @flow(name="task-release", flow_run_name="release-{task_id}")
 def task_release(task_id: str) -> str:
+    tag_run(task_tags(task_id))
     try:
-        with tagged_run(task_tags(task_id)):
-            status = retried(release_task, services().settings.release_retry)(task_id)
+        status = retried(release_task, services().settings.release_retry)(task_id)
     except RunStopped:
         get_run_logger().info("event=run_stopped task_id=%s", task_id)
         return "Stopped"

@@ -37,7 +37,7 @@ from tests.integration.test_scheduling_flows import NoRuns
 LABEL = queue_label(CLUSTER, "2x4")
 
 
-def test_a_tasks_runs_are_found_by_its_tag_and_carry_actor_cluster_and_queue(
+def test_a_tasks_runs_are_found_by_its_tag_and_carry_actor_cluster_and_queue_their_steps_no_tags(
     services: Services, db_url: str
 ) -> None:
     task = f"t-{uuid4().hex[:8]}"  # the Prefect server outlives the test: a name of its own
@@ -53,8 +53,10 @@ def test_a_tasks_runs_are_found_by_its_tag_and_carry_actor_cluster_and_queue(
     assert sorted(r.name for r in runs) == [f"acquire-{task}", f"release-{task}"]
     for run in runs:
         assert {f"task:{task}", "actor:alice", f"cluster:{CLUSTER.name}", f"queue:{LABEL}"} <= set(run.tags)
-    provisioned = [s for s in steps if s.name.startswith("provision-node-pool")]
-    assert provisioned and f"task:{task}" in provisioned[0].tags  # its steps too
+    # Its steps are under it, untagged: a task run's tags are concurrency limits in Prefect 3,
+    # two more API calls per step (falcon.adapters.runs.tag_run).
+    assert any(s.name.startswith("provision-node-pool") for s in steps)
+    assert all(not s.tags for s in steps)
 
 
 def test_a_queue_slot_is_named_by_cluster_topology_project_and_location(

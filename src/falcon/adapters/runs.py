@@ -22,13 +22,11 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 from uuid import UUID
 
-from prefect import tags as prefect_tags
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     DeploymentFilter,
@@ -126,12 +124,16 @@ def next_scheduled_start(deployment_id: UUID) -> datetime | None:
     return runs[0].expected_start_time if runs else None
 
 
-@contextmanager
-def tagged_run(tags: Sequence[str]) -> Iterator[None]:
-    """The current flow run gains ``tags``, and so do the task runs created in the block, so that
-    filtering the Prefect UI by a tag finds them. Tags are set once the run has started (its
-    launcher does not know the task's actor or cluster), and they are a view, not state: a
-    Prefect API that fails to take them is logged and the run goes on."""
+def tag_run(tags: Sequence[str]) -> None:
+    """The current flow run gains ``tags``, so that filtering the Prefect UI by a tag finds it.
+    Tags are set once the run has started (its launcher does not know the task's actor or
+    cluster), and they are a view, not state: a Prefect API that fails to take them is logged and
+    the run goes on.
+
+    Its task runs are not tagged: Prefect 3 makes every tag of a task run a concurrency limit
+    (``tag:<tag>``) that the task run acquires and releases, two more API calls per step, and
+    a 503 on them fails the step (seen at scale: "Unable to acquire concurrency slots on
+    ['tag:task:…']"). The steps are found under their flow run."""
     context = FlowRunContext.get()
     run = context.flow_run if context else None
     if run is not None and not set(tags) <= set(run.tags):
@@ -139,8 +141,6 @@ def tagged_run(tags: Sequence[str]) -> Iterator[None]:
             _add_tags(run.id, sorted({*run.tags, *tags}))
         except Exception:
             logger.warning("event=run_tags_failed run=%s", run.id, exc_info=True)
-    with prefect_tags(*tags):
-        yield
 
 
 @prefect_call
