@@ -62,7 +62,10 @@ class Settings(BaseSettings):
     )
     intake_batch: int = Field(default=500, gt=0)
     queue_refresh_seconds: float = Field(
-        default=30.0, gt=0, description="how often the dispatcher re-reads all waiting tasks (safety net)"
+        default=30.0,
+        gt=0,
+        description="how often the dispatcher counts the waiting tasks per queue against its book"
+        " (a safety net: a difference, and every tenth count, reads them all again)",
     )
     runs_in: RunsIn = Field(
         default=RunsIn.DISPATCHER,

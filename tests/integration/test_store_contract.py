@@ -142,7 +142,7 @@ def idle_pool(store: TaskStore, name: str, at: datetime, queue: QueueKey = Q) ->
 # -- reads -----------------------------------------------------------------------------------------
 
 
-def test_snapshot_lists_new_aborting_acquiring_and_the_book_only_when_asked(
+def test_snapshot_lists_new_aborting_acquiring_and_the_book_or_its_counts_only_when_asked(
     store: TaskStore, upstream: Upstream
 ) -> None:
     upstream.insert("late", at=T0 + timedelta(seconds=9))
@@ -164,7 +164,9 @@ def test_snapshot_lists_new_aborting_acquiring_and_the_book_only_when_asked(
     assert snap.clusters == [C1]
     assert snap.queue_lengths == {Q: 3}  # waiting or acquiring progress rows, whatever the status
     assert snap.idle_pools == []
-    assert snap.waiting is None and snap.last_actors is None
+    assert snap.waiting is None and snap.last_actors is None and snap.waiting_counts is None
+    # the rows the book would hold, counted: not the aborted one, not the acquiring one
+    assert store.snapshot(0, with_book=False, with_counts=True).waiting_counts == {Q: 1}
 
     booked = store.snapshot(1, with_book=True)
     assert [t.id for t in booked.new_tasks] == ["early"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -218,7 +218,7 @@ class MemoryTaskStore:
 
     # -- reads ------------------------------------------------------------------------------
 
-    def snapshot(self, intake_batch: int, with_book: bool) -> Snapshot:
+    def snapshot(self, intake_batch: int, with_book: bool, with_counts: bool = False) -> Snapshot:
         with self._tx():
             new = sorted(
                 (t for t in self.rows.values() if t.status is Status.PENDING and t.reason is None),
@@ -237,6 +237,7 @@ class MemoryTaskStore:
                 idle_pools=self.pools_in([PoolState.IDLE]) if new else [],
                 waiting=self._waiting_rows() if with_book else None,
                 last_actors=dict(self.rotation) if with_book else None,
+                waiting_counts=dict(Counter(r.queue for r in self._waiting_rows())) if with_counts else None,
             )
 
     def _queue_lengths(self) -> dict[QueueKey, int]:

@@ -177,3 +177,4 @@ class Snapshot:
     idle_pools: list[NodePool]
     waiting: list[WaitingRow] | None = None  # only when the queue book is (re)loaded
     last_actors: dict[QueueKey, str] | None = None
+    waiting_counts: dict[QueueKey, int] | None = None  # only when the queue book is checked

@@ -21,7 +21,7 @@ from datetime import datetime
 
 from falcon.domain.dispatcher_view import DispatcherView, build_view
 from falcon.domain.events import ResourceView
-from falcon.domain.lifecycle import LIVE_POOL_STATES, Phase, PoolState
+from falcon.domain.lifecycle import LIVE_POOL_STATES, Phase, PoolState, Snapshot
 from falcon.domain.messages import MessageKey
 from falcon.domain.model import Cluster, QueueKey
 from falcon.domain.node_pools import ReservationRef
@@ -44,6 +44,7 @@ LEAK_CONFIRM_SECONDS = 5.0
 FIRST_ORPHAN_SCAN_AFTER = 30.0  # seconds after the dispatcher starts
 UNREACHABLE_AFTER = 3  # probes failed in a row (one per reconcile round) before a cluster is held
 SLOW_TICK_SECONDS = 0.5  # a tick or round this long is logged with the time each of its phases took
+FULL_RELOAD_EVERY = 10  # book checks (queue_refresh_seconds apart) between two full reloads
 
 
 @dataclass
@@ -113,6 +114,7 @@ class Dispatcher:
         self._launches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="launch")
         settings = services.settings
         self._refresh = Every(settings.queue_refresh_seconds)
+        self._checks_since_reload = 0
         self._reconcile_timer = Every(settings.reconcile_seconds)
         self._view_timer = Every(settings.view_seconds)
         # The first scan comes a little after start: it builds every cluster's clients, and the
@@ -167,10 +169,10 @@ class Dispatcher:
     def _take_in_and_pick(self, laps: Laps) -> TickReport:
         svc, settings = self.services, self.services.settings
         clock, report = svc.clock, TickReport()
-        reload = self._refresh.due(clock.monotonic(), force=not self.book.loaded)
-        snapshot = svc.store.snapshot(settings.intake_batch, with_book=reload)
-        if snapshot.waiting is not None:
-            self.book.load(snapshot.waiting, snapshot.last_actors or {})
+        due = self._refresh.due(clock.monotonic(), force=not self.book.loaded)
+        reload = due and (not self.book.loaded or self._checks_since_reload >= FULL_RELOAD_EVERY)
+        snapshot = svc.store.snapshot(settings.intake_batch, with_book=reload, with_counts=due and not reload)
+        self._check_book(snapshot)
         laps.lap("snapshot")
         now = clock.now()
         intake = take_in(svc.store, snapshot, svc.say, now, svc.events)
@@ -197,6 +199,19 @@ class Dispatcher:
         report.repaired = self._repair_leaks(result.slot_held)
         laps.lap("launch")
         return report
+
+    def _check_book(self, snapshot: Snapshot) -> None:
+        """Load the book from a full read; compare it with a count, and read it all next tick
+        (half a second on) when they differ."""
+        if snapshot.waiting is not None:
+            self.book.load(snapshot.waiting, snapshot.last_actors or {})
+            self._checks_since_reload = 0
+        elif snapshot.waiting_counts is not None:
+            self._checks_since_reload += 1
+            drift = self.book.drift(snapshot.waiting_counts, {task.id for task, _ in snapshot.aborting})
+            if drift:
+                logger.warning("event=queue_book_drift queues=%s", _drift_text(drift))
+                self.book.loaded = False
 
     def _launch(self, picks: list[Pick]) -> None:
         """Start the lifecycle runs in parallel: each start is a few API round trips."""
@@ -394,3 +409,9 @@ def all_live(loops: Iterable[DispatcherLoop], bound: float) -> Verdict:
     wedged tick."""
     verdicts = [loop.liveness(bound) for loop in loops]
     return Verdict(all(v.healthy for v in verdicts), {k: v for x in verdicts for k, v in x.checks.items()})
+
+
+def _drift_text(drift: dict[QueueKey, tuple[int, int]]) -> str:
+    """``cluster/topology:book->database`` per queue, for the drift log line."""
+    ordered = sorted(drift.items(), key=lambda item: (item[0].cluster_id, item[0].topology))
+    return ",".join(f"{q.cluster_id}/{q.topology}:{book}->{db}" for q, (book, db) in ordered)

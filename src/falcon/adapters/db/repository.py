@@ -654,6 +654,17 @@ def _waiting_in(queue: QueueKey) -> tuple[sa.ColumnElement[bool], ...]:
     )
 
 
+def waiting_counts(session: Session) -> dict[QueueKey, int]:
+    """How many tasks ``waiting_rows`` would return, per queue: one aggregate over the same index."""
+    query = (
+        sa.select(TaskProgressRow.cluster_id, TaskProgressRow.topology, sa.func.count())
+        .join(JobRow, JobRow.id == TaskProgressRow.task_id)
+        .where(TaskProgressRow.phase == Phase.WAITING.value, JobRow.status == Status.PENDING.value)
+        .group_by(TaskProgressRow.cluster_id, TaskProgressRow.topology)
+    )
+    return {QueueKey(c or "", t or ""): n for c, t, n in session.execute(query)}
+
+
 def queue_lengths(session: Session) -> dict[QueueKey, int]:
     """Tasks waiting or acquiring, per queue: the load figure cluster choice compares."""
     query = (

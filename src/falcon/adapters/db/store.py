@@ -39,7 +39,7 @@ class SqlTaskStore:
 
     # -- reads
 
-    def snapshot(self, intake_batch: int, with_book: bool) -> Snapshot:
+    def snapshot(self, intake_batch: int, with_book: bool, with_counts: bool = False) -> Snapshot:
         with self._tx() as s:
             new = repo.new_tasks(s, intake_batch)
             return Snapshot(
@@ -51,6 +51,7 @@ class SqlTaskStore:
                 idle_pools=repo.pools_in(s, [PoolState.IDLE]) if new else [],
                 waiting=repo.waiting_rows(s) if with_book else None,
                 last_actors=repo.last_actors(s) if with_book else None,
+                waiting_counts=repo.waiting_counts(s) if with_counts else None,
             )
 
     def task(self, task_id: str) -> Task | None:
