@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,8 +173,8 @@ def falcon(fleet: Fleet, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def done(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
-    out, err = proc.communicate(timeout=60)
+def done(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=timeout)
     return proc.returncode, out, err
 
 
@@ -203,9 +204,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 @pytest.fixture(scope="module")
 def checked(fleet: Fleet) -> dict[str, tuple[int, str, str]]:
-    """Every case's `falcon cluster check NAME`, run side by side."""
+    """Every case's `falcon cluster check NAME`, run side by side, within one deadline for all: a
+    dozen CLI starts at once on two cores beside the suite's other workers once took more than a
+    minute before the first of them was done."""
     procs = {name: falcon(fleet, "cluster", "check", name) for name in CASES}
-    return {name: done(proc) for name, proc in procs.items()}
+    deadline = time.monotonic() + 300
+    return {name: done(proc, max(1.0, deadline - time.monotonic())) for name, proc in procs.items()}
 
 
 def verdicts(out: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ own cluster and reads differences.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
@@ -20,7 +21,7 @@ from datetime import timedelta
 import pytest
 from google.api_core import exceptions as gexc
 from kubernetes.client.exceptions import ApiException
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, CollectorRegistry, Histogram
 from tests.unit.fakes import T0, cluster, idle_pool
 
 from falcon.adapters import metrics
@@ -317,3 +318,26 @@ def test_a_cluster_registered_leaves_an_audit_line(caplog: pytest.LogCaptureFixt
         "event=audit action=cluster_registered cluster_id=c9 cluster=edge-z project=proj location=us-east5-b"
         " zone=- tpu_type=v6e reservation=res-a status=active"
     ]
+
+
+def test_a_tick_is_split_into_its_prefect_calls_its_own_work_and_its_threads_cpu() -> None:
+    """A tick that waits 0.2 s in a Prefect call, 0.1 s elsewhere and computes briefly: the
+    Prefect part holds the call, Falcon's part the rest, and the CPU part only the computing."""
+    registry = CollectorRegistry()
+    histogram = Histogram("tick_split_seconds", "a test tick", ["part"], registry=registry)
+    waited_in_prefect = metrics.prefect_call(lambda: time.sleep(0.2))
+
+    def tick() -> int:
+        waited_in_prefect()
+        time.sleep(0.1)
+        return sum(range(200_000))
+
+    assert metrics.timed_tick(tick, histogram)() == sum(range(200_000))
+    parts = {
+        part: registry.get_sample_value("tick_split_seconds_sum", {"part": part}) or 0.0
+        for part in ("total", "prefect", "falcon", "cpu")
+    }
+    assert parts["prefect"] >= 0.2
+    assert parts["falcon"] == pytest.approx(parts["total"] - parts["prefect"])
+    assert parts["falcon"] >= 0.1
+    assert 0.0 < parts["cpu"] < 0.1  # the sleeps are wall time, not the thread's CPU

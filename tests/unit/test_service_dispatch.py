@@ -30,7 +30,15 @@ from falcon.domain.status import Reason, Status
 from falcon.domain.workloads import ClusterEvent
 from falcon.services.acquisition import dispatch, mark_running, provision, wait_pods_running, wait_pool_ready
 from falcon.services.context import Services, load_view
-from falcon.services.dispatching import Dispatcher, DispatcherLoop, Laps, TickReport, all_live, run_beside
+from falcon.services.dispatching import (
+    Dispatcher,
+    DispatcherLoop,
+    Laps,
+    TickReport,
+    _log_if_slow,
+    all_live,
+    run_beside,
+)
 
 JOB = k8s_job_name_for("t1")
 
@@ -413,12 +421,26 @@ def test_the_loop_beside_turns_meanwhile_and_stops_with_the_main_one() -> None:
     assert not any(t.name == "reconcile" for t in threading.enumerate())
 
 
-def test_laps_say_how_long_each_phase_of_a_turn_took() -> None:
-    clock = FakeClock()
-    laps = Laps(clock)
+def test_laps_say_how_long_each_phase_of_a_turn_took_and_how_much_of_it_was_cpu() -> None:
+    clock, cpu = FakeClock(), iter([2.0, 2.25])
+    laps = Laps(clock, thread_cpu=lambda: next(cpu))
     clock.advance(0.01)
     laps.lap("snapshot")
     clock.advance(1.5)
     laps.lap("follow")
     assert laps.total == pytest.approx(1.51)
+    assert laps.cpu == pytest.approx(0.25)
     assert str(laps) == "snapshot=0.010 follow=1.500"
+
+
+def test_a_slow_turn_is_logged_with_its_cpu_time_and_phases(caplog: pytest.LogCaptureFixture) -> None:
+    clock, cpu = FakeClock(), iter([0.0, 0.0, 0.125])
+    fast, slow = Laps(clock, thread_cpu=lambda: next(cpu)), Laps(clock, thread_cpu=lambda: next(cpu))
+    _log_if_slow("tick", fast)
+    clock.advance(0.75)
+    slow.lap("schedule")
+    with caplog.at_level(logging.WARNING, logger="falcon.services.dispatching"):
+        _log_if_slow("tick", slow)
+    assert [r.getMessage() for r in caplog.records] == [
+        "event=slow_tick seconds=0.750 cpu=0.125 schedule=0.750"
+    ]

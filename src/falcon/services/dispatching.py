@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -68,11 +69,13 @@ class Laps:
     and event=slow_reconcile)."""
 
     clock: Clock
+    thread_cpu: Callable[[], float] = time.thread_time
     began: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.began = self._mark = self.clock.monotonic()
+        self._cpu_began = self.thread_cpu()
 
     def lap(self, phase: str) -> None:
         now = self.clock.monotonic()
@@ -81,6 +84,12 @@ class Laps:
     @property
     def total(self) -> float:
         return self._mark - self.began
+
+    @property
+    def cpu(self) -> float:
+        """This thread's CPU time since the start: the rest of ``total`` it spent waiting (on the
+        database, Prefect, or the interpreter lock while another thread held it)."""
+        return self.thread_cpu() - self._cpu_began
 
     def __str__(self) -> str:
         return " ".join(f"{phase}={seconds:.3f}" for phase, seconds in self.phases.items())
@@ -325,7 +334,7 @@ class Dispatcher:
 
 def _log_if_slow(what: str, laps: Laps) -> None:
     if laps.total >= SLOW_TICK_SECONDS:
-        logger.warning("event=slow_%s seconds=%.3f %s", what, laps.total, laps)
+        logger.warning("event=slow_%s seconds=%.3f cpu=%.3f %s", what, laps.total, laps.cpu, laps)
 
 
 def _quietly(step: Callable[[Pick], None], pick: Pick) -> None:
