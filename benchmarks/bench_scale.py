@@ -30,8 +30,8 @@ Measured:
 * the dispatcher's tick (intake, aborts, picks, launches) and, apart, its reconcile round (following
   Jobs, supervising runs, reaping, warming), each a loop of its own:
   ``falcon_dispatcher_tick_seconds`` and ``falcon_dispatcher_reconcile_seconds``
-  ``{part="total"|"falcon"|"prefect"|"cpu"}`` (cpu: the loop thread's CPU time) scraped from
-  its ``/metrics`` at the window's edges;
+  ``{part="total"|"falcon"|"prefect"|"database"|"cpu"}`` (database: in the task store's
+  transactions; cpu: the loop thread's CPU time) scraped from its ``/metrics`` at the window's edges;
   p50/p99 interpolated within the histogram's buckets (the bucket holding each quantile is
   printed: that is the resolution), for the steady window and for the drain;
 * time to Running for the ramp, time to drain, terminal statuses; where the waiting tasks' time
@@ -414,7 +414,9 @@ def _brief(counts: Counter[str]) -> str:
 def tick_table(window: dict[str, Histogram]) -> dict[str, Any]:
     """p50/p99 and the mean of each loop's parts over a window, with the bucket each quantile lies in."""
     table: dict[str, Any] = {}
-    for part in (f"{loop}/{part}" for loop in LOOPS for part in ("total", "falcon", "prefect", "cpu")):
+    for part in (
+        f"{loop}/{part}" for loop in LOOPS for part in ("total", "falcon", "prefect", "database", "cpu")
+    ):
         histogram = window.get(part)
         if histogram is None or histogram.count <= 0:
             table[part] = None
@@ -590,7 +592,7 @@ def parse_args() -> argparse.Namespace:
         "0: off, and no tick figures)",
     )
     add("--json", type=Path, help="also write the results here")
-    add("--keep-home", action="store_true", help="keep the temporary FALCON_HOME (logs)")
+    add("--keep-home", action="store_true", help="keep FALCON_HOME (logs; MariaDB's slow-query log)")
     return parser.parse_args()
 
 
@@ -636,7 +638,8 @@ def scale_stack(args: argparse.Namespace, plan: Plan) -> Iterator[Stack]:
     with ExitStack() as stack:
         stack.callback(_remove_home, home, args.keep_home)
         if args.db == "mariadb":
-            os.environ["FALCON_DATABASE_URL"] = stack.enter_context(mariadb())
+            slow_log = home / "mariadb-slow.log" if args.keep_home else None
+            os.environ["FALCON_DATABASE_URL"] = stack.enter_context(mariadb(slow_log=slow_log))
         get_settings.cache_clear()
         url = get_settings().resolved_database_url
         upgrade(url)

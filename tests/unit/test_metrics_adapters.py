@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from google.api_core import exceptions as gexc
@@ -26,6 +27,8 @@ from tests.unit.fakes import T0, cluster, idle_pool
 
 from falcon.adapters import metrics
 from falcon.adapters.audit import cluster_registered
+from falcon.adapters.db.migrate import upgrade
+from falcon.adapters.db.store import SqlTaskStore
 from falcon.adapters.errors import google_errors, kubernetes_errors
 from falcon.adapters.task_events import PrometheusTaskEvents
 from falcon.domain.errors import FalconError, NotFoundError, TemporaryError
@@ -320,24 +323,31 @@ def test_a_cluster_registered_leaves_an_audit_line(caplog: pytest.LogCaptureFixt
     ]
 
 
-def test_a_tick_is_split_into_its_prefect_calls_its_own_work_and_its_threads_cpu() -> None:
-    """A tick that waits 0.2 s in a Prefect call, 0.1 s elsewhere and computes briefly: the
-    Prefect part holds the call, Falcon's part the rest, and the CPU part only the computing."""
+def test_a_tick_is_split_into_prefect_calls_database_transactions_and_its_threads_cpu(
+    tmp_path: Path,
+) -> None:
+    """A tick that waits 0.2 s in a Prefect call, reads the task store, sleeps 0.1 s and computes
+    briefly: the Prefect part holds the call; Falcon's part the rest, of which the database part
+    is the store's transaction (not the sleep) and the CPU part only the computing."""
+    url = f"sqlite:///{tmp_path / 'falcon.db'}"
+    upgrade(url)
+    store = SqlTaskStore(url)
     registry = CollectorRegistry()
     histogram = Histogram("tick_split_seconds", "a test tick", ["part"], registry=registry)
     waited_in_prefect = metrics.prefect_call(lambda: time.sleep(0.2))
 
     def tick() -> int:
         waited_in_prefect()
+        assert store.clusters() == []
         time.sleep(0.1)
         return sum(range(200_000))
 
     assert metrics.timed_tick(tick, histogram)() == sum(range(200_000))
     parts = {
         part: registry.get_sample_value("tick_split_seconds_sum", {"part": part}) or 0.0
-        for part in ("total", "prefect", "falcon", "cpu")
+        for part in ("total", "prefect", "falcon", "database", "cpu")
     }
     assert parts["prefect"] >= 0.2
     assert parts["falcon"] == pytest.approx(parts["total"] - parts["prefect"])
-    assert parts["falcon"] >= 0.1
+    assert 0.0 < parts["database"] <= parts["falcon"] - 0.1
     assert 0.0 < parts["cpu"] < 0.1  # the sleeps are wall time, not the thread's CPU

@@ -15,7 +15,8 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -44,7 +45,8 @@ _STEP_BUCKETS = (
 TICK_SECONDS = Histogram(
     "falcon_dispatcher_tick_seconds",
     "one dispatcher tick (intake, aborts, picks, launches): total, Falcon's own work (total minus"
-    " Prefect), the Prefect API calls, and the CPU time of the tick's thread",
+    " Prefect), the Prefect API calls; of Falcon's work, the database transactions and the CPU time"
+    " of the tick's thread",
     ["part"],
     buckets=_STEP_BUCKETS,
 )
@@ -75,44 +77,62 @@ class PrometheusTidalMetrics:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-_in_prefect = threading.local()
+
+
+class ThreadTime:
+    """The wall time each thread has spent inside one kind of call (Prefect's API, the database):
+    a tick's histogram subtracts it from the tick's own time."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def seconds(self) -> float:
+        """This thread's time inside the calls so far."""
+        return float(getattr(self._local, "seconds", 0.0))
+
+    @contextmanager
+    def timing(self) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._local.seconds = self.seconds() + time.perf_counter() - began
+
+
+IN_PREFECT = ThreadTime()
+IN_DATABASE = ThreadTime()  # a transaction of the task store, from its session's start to its commit
 
 
 def prefect_call(call: Callable[P, R]) -> Callable[P, R]:
-    """Count the wall time of a Prefect API call against the calling thread (see prefect_seconds)."""
+    """Count the wall time of a Prefect API call against the calling thread (``IN_PREFECT``)."""
 
     @functools.wraps(call)
     def timed(*args: P.args, **kwargs: P.kwargs) -> R:
-        began = time.perf_counter()
-        try:
+        with IN_PREFECT.timing():
             return call(*args, **kwargs)
-        finally:
-            _in_prefect.seconds = prefect_seconds() + time.perf_counter() - began
 
     return timed
-
-
-def prefect_seconds() -> float:
-    """The time this thread has spent in Prefect API calls so far."""
-    return float(getattr(_in_prefect, "seconds", 0.0))
 
 
 def timed_tick(tick: Callable[[], R], histogram: Histogram = TICK_SECONDS) -> Callable[[], R]:
     """``tick`` observed in ``histogram`` (falcon_dispatcher_tick_seconds), its Prefect calls apart.
 
-    ``cpu`` is the CPU time of the tick's own thread: Falcon's work minus it is time spent
-    waiting, on the database or for the interpreter lock the dispatcher's other threads hold."""
+    ``falcon`` is the tick minus its Prefect calls; of it, ``database`` was spent in the task
+    store's transactions and ``cpu`` is the CPU time of the tick's own thread. What ``falcon``
+    holds beyond the two is waiting for the interpreter lock the process's other threads hold."""
 
     def observed() -> R:
-        began, cpu_before, prefect_before = time.perf_counter(), time.thread_time(), prefect_seconds()
+        began, cpu_before = time.perf_counter(), time.thread_time()
+        prefect_before, database_before = IN_PREFECT.seconds(), IN_DATABASE.seconds()
         try:
             return tick()
         finally:
             total = time.perf_counter() - began
-            prefect = prefect_seconds() - prefect_before
+            prefect = IN_PREFECT.seconds() - prefect_before
             histogram.labels("total").observe(total)
             histogram.labels("prefect").observe(prefect)
             histogram.labels("falcon").observe(max(0.0, total - prefect))
+            histogram.labels("database").observe(IN_DATABASE.seconds() - database_before)
             histogram.labels("cpu").observe(time.thread_time() - cpu_before)
 
     return observed

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import session_scope
+from falcon.adapters.metrics import IN_DATABASE
 from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState, Progress, Snapshot
 from falcon.domain.model import Cluster, QueueKey, Task
 from falcon.domain.pool_economics import QueueObservations
@@ -28,7 +29,7 @@ class SqlTaskStore:
         if self._session is not None:
             yield self._session
         else:
-            with session_scope(self._url) as session:
+            with IN_DATABASE.timing(), session_scope(self._url) as session:
                 yield session
 
     @contextmanager
