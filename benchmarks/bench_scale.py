@@ -30,8 +30,9 @@ Measured:
 * the dispatcher's tick (intake, aborts, picks, launches) and, apart, its reconcile round (following
   Jobs, supervising runs, reaping, warming), each a loop of its own:
   ``falcon_dispatcher_tick_seconds`` and ``falcon_dispatcher_reconcile_seconds``
-  ``{part="total"|"falcon"|"prefect"|"database"|"cpu"}`` (database: in the task store's
-  transactions; cpu: the loop thread's CPU time) scraped from its ``/metrics`` at the window's edges;
+  ``{part="total"|"falcon"|"prefect"|"database"|"cpu"|"runqueue"}`` (database: in the task
+  store's transactions; cpu: the loop thread's CPU time; runqueue: its wait for a core) scraped
+  from its ``/metrics`` at the window's edges;
   p50/p99 interpolated within the histogram's buckets (the bucket holding each quantile is
   printed: that is the resolution), for the steady window and for the drain;
 * time to Running for the ramp, time to drain, terminal statuses; where the waiting tasks' time
@@ -414,9 +415,8 @@ def _brief(counts: Counter[str]) -> str:
 def tick_table(window: dict[str, Histogram]) -> dict[str, Any]:
     """p50/p99 and the mean of each loop's parts over a window, with the bucket each quantile lies in."""
     table: dict[str, Any] = {}
-    for part in (
-        f"{loop}/{part}" for loop in LOOPS for part in ("total", "falcon", "prefect", "database", "cpu")
-    ):
+    parts = ("total", "falcon", "prefect", "database", "cpu", "runqueue")
+    for part in (f"{loop}/{part}" for loop in LOOPS for part in parts):
         histogram = window.get(part)
         if histogram is None or histogram.count <= 0:
             table[part] = None

@@ -345,9 +345,20 @@ def test_a_tick_is_split_into_prefect_calls_database_transactions_and_its_thread
     assert metrics.timed_tick(tick, histogram)() == sum(range(200_000))
     parts = {
         part: registry.get_sample_value("tick_split_seconds_sum", {"part": part}) or 0.0
-        for part in ("total", "prefect", "falcon", "database", "cpu")
+        for part in ("total", "prefect", "falcon", "database", "cpu", "runqueue")
     }
     assert parts["prefect"] >= 0.2
     assert parts["falcon"] == pytest.approx(parts["total"] - parts["prefect"])
     assert 0.0 < parts["database"] <= parts["falcon"] - 0.1
     assert 0.0 < parts["cpu"] < 0.1  # the sleeps are wall time, not the thread's CPU
+    assert 0.0 <= parts["runqueue"] <= parts["total"] - parts["cpu"] + 0.005  # waiting for a core is not CPU
+
+
+def test_the_wait_for_a_core_is_read_from_linux_schedstat(tmp_path: Path) -> None:
+    """schedstat: time on a CPU, time waiting on a run queue (both ns), timeslices run."""
+    schedstat = tmp_path / "schedstat"
+    schedstat.write_text("863683 250000000 12\n")
+    assert metrics.runqueue_seconds(schedstat) == pytest.approx(0.25)
+    schedstat.write_text("")
+    assert metrics.runqueue_seconds(schedstat) == 0.0
+    assert metrics.runqueue_seconds(tmp_path / "missing") == 0.0

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -45,8 +46,8 @@ _STEP_BUCKETS = (
 TICK_SECONDS = Histogram(
     "falcon_dispatcher_tick_seconds",
     "one dispatcher tick (intake, aborts, picks, launches): total, Falcon's own work (total minus"
-    " Prefect), the Prefect API calls; of Falcon's work, the database transactions and the CPU time"
-    " of the tick's thread",
+    " Prefect), the Prefect API calls; of Falcon's work, the database transactions; the thread's CPU"
+    " time, and its wait for a core (runqueue)",
     ["part"],
     buckets=_STEP_BUCKETS,
 )
@@ -118,24 +119,37 @@ def timed_tick(tick: Callable[[], R], histogram: Histogram = TICK_SECONDS) -> Ca
     """``tick`` observed in ``histogram`` (falcon_dispatcher_tick_seconds), its Prefect calls apart.
 
     ``falcon`` is the tick minus its Prefect calls; of it, ``database`` was spent in the task
-    store's transactions and ``cpu`` is the CPU time of the tick's own thread. What ``falcon``
-    holds beyond the two is waiting for the interpreter lock the process's other threads hold."""
+    store's transactions. Of the whole tick, ``cpu`` is its thread's CPU time and ``runqueue`` the
+    time the thread was ready but waited for a core (Linux; 0 elsewhere). The rest of a tick is
+    waiting: on the servers, or for the interpreter lock the process's other threads hold."""
 
     def observed() -> R:
-        began, cpu_before = time.perf_counter(), time.thread_time()
+        # Read inside out, so the CPU and run-queue intervals lie within the tick's wall time.
+        began, cpu_before, queued_before = time.perf_counter(), time.thread_time(), runqueue_seconds()
         prefect_before, database_before = IN_PREFECT.seconds(), IN_DATABASE.seconds()
         try:
             return tick()
         finally:
+            queued, cpu = runqueue_seconds() - queued_before, time.thread_time() - cpu_before
             total = time.perf_counter() - began
             prefect = IN_PREFECT.seconds() - prefect_before
             histogram.labels("total").observe(total)
             histogram.labels("prefect").observe(prefect)
             histogram.labels("falcon").observe(max(0.0, total - prefect))
             histogram.labels("database").observe(IN_DATABASE.seconds() - database_before)
-            histogram.labels("cpu").observe(time.thread_time() - cpu_before)
+            histogram.labels("cpu").observe(cpu)
+            histogram.labels("runqueue").observe(max(0.0, queued))
 
     return observed
+
+
+def runqueue_seconds(schedstat: Path = Path("/proc/thread-self/schedstat")) -> float:
+    """The time this thread has been ready to run but waiting for a core: the second field of
+    Linux's schedstat (nanoseconds); 0 where the file is missing or unreadable."""
+    try:
+        return int(schedstat.read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 # -- tasks: moves, latencies, durations, outcomes (written by task_events.PrometheusTaskEvents)
