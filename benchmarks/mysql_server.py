@@ -45,7 +45,6 @@ def mariadb(
     """A running MariaDB with one fresh, empty database; yields its SQLAlchemy URL. With
     ``slow_log``, every statement over 0.1 s of the server's own time (lock waits included) is
     logged there, to tell a slow server from a client that waited for a CPU."""
-    logged = [f"--slow-query-log-file={slow_log}", "--slow-query-log=1", "--long-query-time=0.1"]
     base = Path(tempfile.mkdtemp(prefix="falcon-bench-mariadb-"))
     data, socket, log = base / "data", base / "mysqld.sock", base / "mysqld.log"
     proc: subprocess.Popen[bytes] | None = None
@@ -76,7 +75,11 @@ def mariadb(
                 "--innodb-flush-log-at-trx-commit=2",  # a benchmark box, not a durable store
                 "--character-set-server=utf8mb4",
                 "--collation-server=utf8mb4_unicode_ci",
-                *(logged if slow_log else []),
+                *(
+                    [f"--slow-query-log-file={slow_log}", "--slow-query-log=1", "--long-query-time=0.1"]
+                    if slow_log
+                    else []
+                ),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

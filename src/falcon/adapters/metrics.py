@@ -81,8 +81,8 @@ R = TypeVar("R")
 
 
 class ThreadTime:
-    """The wall time each thread has spent inside one kind of call (Prefect's API, the database):
-    a tick's histogram subtracts it from the tick's own time."""
+    """The wall time each thread has spent inside one kind of call (Prefect's API, the database),
+    which a tick's histogram reports as a part of its own."""
 
     def __init__(self) -> None:
         self._local = threading.local()

@@ -88,7 +88,7 @@ class Laps:
     @property
     def cpu(self) -> float:
         """This thread's CPU time since the start: the rest of ``total`` it spent waiting (on the
-        database, Prefect, or the interpreter lock while another thread held it)."""
+        database, Prefect, a core, or the interpreter lock while another thread held it)."""
         return self.thread_cpu() - self._cpu_began
 
     def __str__(self) -> str:
