@@ -258,9 +258,9 @@ def look_at_the_prefect_ui(ui: str) -> None:
         page.open(f"{ui}/runs?tag=task:demo-001", "acquire-demo-001", "release-demo-001", "actor:")
         assert "acquire-demo-002" not in page.text()  # only that task's runs
         page.screenshot(ARTIFACTS / "prefect-ui-runs-of-demo-001.png")
-        versions = page.open(f"{ui}/artifacts/key/{VIEW_KEY}", VIEW_KEY)
         shown = next(a for a in _view_artifacts(ui) if "edge-a:" in json.dumps(a["data"]))
-        assert shown["id"][:8] in versions  # the key's page lists it
+        # the key's page lists it (its heading shows before its list loads, so wait for the id)
+        page.open(f"{ui}/artifacts/key/{VIEW_KEY}", VIEW_KEY, shown["id"][:8])
         page.open(f"{ui}/artifacts/artifact/{shown['id']}", "edge-a:", "reservation room", "acquiring")
         page.screenshot(ARTIFACTS / "prefect-ui-queue-artifact.png")
 
