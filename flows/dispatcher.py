@@ -55,6 +55,7 @@ def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = No
             log,
             name="reconcile",
         )
+        work.on_pool_offered = ticking.nudge
         seconds = until_next_scheduled(run_seconds or settings.dispatcher_run_seconds)
         try:
             with (

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from datetime import timedelta
 
@@ -419,6 +420,34 @@ def test_the_loop_beside_turns_meanwhile_and_stops_with_the_main_one() -> None:
     assert run_beside(main, beside, 3600) == 5
     assert beside.stop.is_set() and turns["beside"] >= 1
     assert not any(t.name == "reconcile" for t in threading.enumerate())
+
+
+def test_a_nudge_ends_the_wait_for_the_next_tick_at_once() -> None:
+    """Real threads on the real clock, a loop that ticks once an hour: a nudge during a tick
+    (a pool offered while the round ran) brings the next tick right after it, a nudge during the
+    wait (from the loop beside) ends the wait, and a stop still ends the wait for good."""
+    log, ticked, third = logging.getLogger(__name__), [], threading.Event()
+
+    def tick() -> TickReport:
+        ticked.append(time.monotonic())
+        if len(ticked) == 1:
+            loop.nudge()
+        if len(ticked) == 3:
+            third.set()
+        return TickReport()
+
+    loop = DispatcherLoop(tick, SystemClock(), 3600, log, name="tick")
+    thread = threading.Thread(target=loop.run, args=(7200,), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while len(ticked) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(ticked) == 2
+    loop.nudge()
+    assert third.wait(10)
+    loop.stop.set()
+    thread.join(10)
+    assert not thread.is_alive() and len(ticked) == 3
 
 
 def test_laps_say_how_long_each_phase_of_a_turn_took_and_how_much_of_it_was_cpu() -> None:

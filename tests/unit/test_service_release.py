@@ -169,11 +169,12 @@ def test_deletion_refusals_are_retried_with_doubling_waits_up_to_a_cap(svc: Serv
 
 def test_a_release_restarted_after_gke_accepted_the_deletion_does_not_ask_again(svc: Services) -> None:
     """The first release run died after GKE accepted the delete: the next one waits for it."""
+    arrivals(svc, QUEUE)  # a queue used about once an hour: an idle pool is not worth keeping
     svc.node_pools.script(POOL, polls_to_delete=2)
     view = running(svc, "t1")
-    succeed(svc)
-    assert svc.store.start_deleting_pool("c1", POOL, "t1", svc.clock.now())
-    svc.node_pools.delete(view.cluster, POOL)  # ... and the first run dies here
+    succeed(svc)  # nobody waits: the round that saw the Job end marked the pool for deletion
+    assert svc.store.pool("c1", POOL).state is PoolState.DELETING
+    svc.node_pools.delete(view.cluster, POOL)  # the first release run asked GKE, and died here
     outcome = release(svc, "t1")
     assert (outcome.status, outcome.message) == (Status.SUCCEEDED, "")
     assert svc.node_pools.count("delete") == 1

@@ -1,6 +1,8 @@
 """Fast release (issue 10): from a Job's end to its task's terminal status, Falcon adds one Job
 list (the reconcile round) and the release's own calls; nothing waits on a run's start or polls,
-except for GKE deleting a pool, which is GKE's own time."""
+except for GKE deleting a pool, which is GKE's own time. A Job that ended by itself has its pool
+kept (or marked and its deletion asked for) by the round that saw the end, before the release
+run starts."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from tests.unit.fakes import arrivals, k8s_of, queued, running
 from falcon.domain.lifecycle import Phase, PoolState
 from falcon.domain.model import QueueKey, k8s_job_name_for, node_pool_name_for
 from falcon.domain.status import Status
-from falcon.services.context import Services
+from falcon.services.acquisition import provision
+from falcon.services.context import Services, load_view
 from falcon.services.dispatching import Dispatcher
 from falcon.services.release import release
 
@@ -50,10 +53,13 @@ def test_a_release_that_deletes_the_pool_waits_only_for_gke(svc: Services) -> No
     running(svc, "t1")
     k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
     Dispatcher(svc).tick()
+    # the round that saw the Job end marked the pool and asked GKE at once, before any release run
+    assert svc.node_pools.count("delete") == 1  # type: ignore[attr-defined]
     waits_before = len(svc.clock.sleeps)  # type: ignore[attr-defined]
     assert release(svc, "t1").status is Status.SUCCEEDED
     polls = svc.clock.sleeps[waits_before:]  # type: ignore[attr-defined]
-    assert polls == [svc.settings.poll_seconds] * 4, "after asking, and after each of 3 STOPPING answers"
+    assert polls == [svc.settings.poll_seconds] * 3, "after each of 3 STOPPING answers, not asking again"
+    assert svc.node_pools.count("delete") == 1  # type: ignore[attr-defined]
     assert svc.store.pool("c1", pool).state is PoolState.DELETED
 
 
@@ -69,3 +75,50 @@ def test_the_deployed_tick_leaves_jobs_to_the_reconcile_loop_beside_it(svc: Serv
     finally:
         dispatcher.close()
     assert svc.launcher.releases == [("t1", 1)]  # type: ignore[attr-defined]
+
+
+def test_a_job_that_ended_by_itself_has_its_pool_kept_by_that_round_and_the_tick_nudged(
+    svc: Services,
+) -> None:
+    """The Job's pods are done, so its nodes are free: the round that sees the end keeps the pool
+    for the waiting task before any release run starts (the Job is still there), and nudges the
+    tick loop; the release run later deletes the Job and leaves the pool to its new holder."""
+    running(svc, "t1")
+    queued(svc, "t2")
+    k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
+    dispatcher, nudges = Dispatcher(svc), []
+    dispatcher.on_pool_offered = lambda: nudges.append(1)
+    try:
+        report = dispatcher.reconcile()
+        pool = svc.store.pool("c1", node_pool_name_for("t1", "2x2"))
+        assert report.offered == ["t1"] and nudges == [1]
+        assert (pool.state, pool.holder_task_id) == (PoolState.IDLE, None)
+        assert k8s_of(svc).job(k8s_job_name_for("t1"))  # offered before the Job's deletion
+    finally:
+        dispatcher.close()
+    svc.store.start_acquiring("t2", QUEUE, "alice", "lease-2", "picked", svc.clock.now())
+    assert provision(svc, load_view(svc, "t2")).name == pool.name  # the hand-over
+    assert release(svc, "t1").status is Status.SUCCEEDED
+    assert k8s_of(svc).jobs == {}  # the Job went with the release run ...
+    after = svc.store.pool("c1", pool.name)
+    assert (after.state, after.holder_task_id) == (PoolState.IN_USE, "t2")  # ... the pool stayed t2's
+    assert svc.node_pools.count("delete") == 0  # type: ignore[attr-defined]
+
+
+def test_a_job_whose_pods_may_still_run_leaves_its_pool_to_the_release_run(svc: Services) -> None:
+    """An abort (or a timeout) ends a task whose pods still run: the pool is settled only after
+    the release run deleted the Job."""
+    running(svc, "t1")
+    queued(svc, "t2")
+    svc.store.request_abort("t1", svc.clock.now())
+    dispatcher, nudges = Dispatcher(svc), []
+    dispatcher.on_pool_offered = lambda: nudges.append(1)
+    try:
+        report = dispatcher.reconcile()
+    finally:
+        dispatcher.close()
+    pool = svc.store.pool("c1", node_pool_name_for("t1", "2x2"))
+    assert report.ended == ["t1"] and report.offered == [] and nudges == []
+    assert (pool.state, pool.holder_task_id) == (PoolState.IN_USE, "t1")
+    assert release(svc, "t1").status is Status.ABORTED
+    assert svc.store.pool("c1", pool.name).state is PoolState.IDLE  # kept for t2 once the Job went

@@ -102,6 +102,7 @@ class TickReport:
     aborted: list[str] = field(default_factory=list)
     picked: list[str] = field(default_factory=list)
     ended: list[str] = field(default_factory=list)
+    offered: list[str] = field(default_factory=list)  # ended tasks whose pool was kept for their queue
     started: list[str] = field(default_factory=list)
     reaped: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
@@ -138,6 +139,7 @@ class Dispatcher:
         self._warmer = Warmer(services)
         self._unlaunched: dict[str, float] = {}  # picks seen with no run recorded yet (supervise_runs)
         self._next_fire: datetime | None = None  # the next tidal warm-pool fire: reconcile then
+        self.on_pool_offered: Callable[[], None] = lambda: None  # the deployed flow nudges its tick loop
 
     def tick(self) -> TickReport:
         """Intake, aborts and picks, then a reconcile round if one is due (or a tidal fire came)."""
@@ -249,7 +251,9 @@ class Dispatcher:
             waiting = self.book.counts()
         waited_for = {queue.cluster_id for queue in waiting}
         followed = reconcile.follow_running(svc, clusters, waited_for)
-        report.ended = followed.ended
+        report.ended, report.offered = followed.ended, followed.offered
+        if followed.offered:
+            self.on_pool_offered()  # a waiting task may take it: pick now, not at the next tick
         laps.lap("follow")
         report.started = reconcile.supervise_runs(svc, self._unlaunched)
         laps.lap("supervise")
@@ -344,14 +348,27 @@ def _quietly(step: Callable[[Pick], None], pick: Pick) -> None:
         logger.exception("event=launch_failed task_id=%s", pick.task_id)
 
 
+class _StopEvent(threading.Event):
+    """A stop that also ends the loop's wait for its next turn."""
+
+    def __init__(self, wake: threading.Event) -> None:
+        super().__init__()
+        self._wake = wake
+
+    def set(self) -> None:
+        super().set()
+        self._wake.set()
+
+
 class DispatcherLoop:
     """Ticks every ``period`` until ``run_seconds`` have passed or ``stop`` is set.
 
     ``stop`` (set on SIGTERM) is honoured between ticks only: the tick under way finishes, so it
     leaves nothing half-done beyond what any crash would (a pick without its run, a run mid-step:
-    supervise_runs restarts both), and the wait for the next tick is cut short. Each tick's end
-    is noted for liveness, failed ticks included: a failing tick is the database's trouble,
-    which readiness reports; only a loop that stops ticking is wedged.
+    supervise_runs restarts both), and the wait for the next tick is cut short. ``nudge`` cuts
+    that wait short too, for one more tick at once (a nudge during a tick: right after it). Each
+    tick's end is noted for liveness, failed ticks included: a failing tick is the database's
+    trouble, which readiness reports; only a loop that stops ticking is wedged.
     """
 
     def __init__(
@@ -365,15 +382,20 @@ class DispatcherLoop:
     ) -> None:
         self._tick, self._clock, self._period, self._log = tick, clock, period, log
         self.name = name
-        self.stop = threading.Event()
-        self._wait = wait or self.stop.wait  # real time: a stop ends the wait at once
+        self._woken = threading.Event()
+        self.stop: threading.Event = _StopEvent(self._woken)
+        self._wait = wait or self._woken.wait  # real time: a stop or a nudge ends the wait at once
         self.last_tick = clock.monotonic()
+
+    def nudge(self) -> None:
+        self._woken.set()
 
     def run(self, run_seconds: float) -> int:
         """Loop; returns the number of ticks run."""
         deadline = self._clock.monotonic() + run_seconds
         ticks = 0
         while not self.stop.is_set() and (started := self._clock.monotonic()) < deadline:
+            self._woken.clear()
             pause = max(0.0, started + self._period - self._timed_tick())  # a tick starts every period
             ticks += 1
             if not self.stop.is_set():

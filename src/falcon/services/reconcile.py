@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from falcon.domain.errors import FalconError, NotFoundError, TemporaryError
@@ -36,7 +36,7 @@ from falcon.domain.workloads import JobState
 from falcon.services.acquisition import cannot_start
 from falcon.services.context import Services, stage_of, tell_moved
 from falcon.services.ports import ClusterJobs
-from falcon.services.release import observed, record_outcome
+from falcon.services.release import observed, offer_freed_pool, record_outcome
 
 Clusters = dict[str, Cluster]
 LAUNCH_GRACE = 5.0  # seconds a pick may go without a recorded run before it is started again
@@ -61,17 +61,19 @@ def abort_unstarted(
 class Followed:
     ended: list[str]  # running tasks whose Job ended, vanished, timed out or was aborted
     unreachable: dict[str, str]  # cluster id -> why its Kubernetes API did not answer this round
+    offered: list[str] = field(default_factory=list)  # ended tasks whose pool was kept for the queue
 
 
 def follow_running(services: Services, clusters: Clusters, waited_for: Set[str] = frozenset()) -> Followed:
     """One database read and one Job list per cluster with running tasks or in ``waited_for``
     (clusters tasks wait for: the same list tells whether they answer); every running task whose
     Job ended, vanished, timed out, was aborted or has pods that can never start moves to
-    releasing."""
-    by_cluster: dict[str, list[Task]] = {cluster_id: [] for cluster_id in waited_for}
+    releasing. A Job that ended by itself has its pool settled at once (``offer_freed_pool``)."""
+    by_cluster: dict[str, list[tuple[Progress, Task]]] = {cluster_id: [] for cluster_id in waited_for}
     for progress, task in services.store.running_tasks():
-        by_cluster.setdefault(progress.queue.cluster_id if progress.queue else "", []).append(task)
-    ended, unreachable = [], {}
+        cluster_id = progress.queue.cluster_id if progress.queue else ""
+        by_cluster.setdefault(cluster_id, []).append((progress, task))
+    followed = Followed([], {})
     for cluster_id, tasks in by_cluster.items():
         cluster = clusters.get(cluster_id)
         if cluster is None:
@@ -79,20 +81,34 @@ def follow_running(services: Services, clusters: Clusters, waited_for: Set[str] 
         try:
             listed = services.jobs(cluster).list_jobs(cluster.namespace, f"managed-by={MANAGED_BY}")
         except TemporaryError as exc:
-            unreachable[cluster_id] = str(exc)
+            followed.unreachable[cluster_id] = str(exc)
             continue  # try again next round
         except FalconError:
             continue
-        jobs = {j.name: j for j in listed}
-        blocked = _start_failures(
-            services, cluster, [jobs[t.k8s_job_name] for t in tasks if t.k8s_job_name in jobs]
-        )
-        for task in tasks:
-            job_name = task.k8s_job_name or ""
-            outcome = _running_outcome(services, cluster, task, jobs.get(job_name)) or blocked.get(job_name)
-            if outcome and record_outcome(services, task.id, outcome, [Phase.RUNNING]):
-                ended.append(task.id)
-    return Followed(ended, unreachable)
+        _follow_cluster(services, cluster, tasks, {j.name: j for j in listed}, followed)
+    return followed
+
+
+def _follow_cluster(
+    services: Services,
+    cluster: Cluster,
+    tasks: list[tuple[Progress, Task]],
+    jobs: dict[str, JobState],
+    followed: Followed,
+) -> None:
+    blocked = _start_failures(
+        services, cluster, [jobs[t.k8s_job_name] for _, t in tasks if t.k8s_job_name in jobs]
+    )
+    for progress, task in tasks:
+        job = jobs.get(task.k8s_job_name or "")
+        outcome = _running_outcome(services, cluster, task, job) or blocked.get(task.k8s_job_name or "")
+        if not outcome or not record_outcome(services, task.id, outcome, [Phase.RUNNING]):
+            continue
+        followed.ended.append(task.id)
+        pods_done = job is not None and job.finished and job.active == 0
+        queue = progress.queue
+        if pods_done and queue and offer_freed_pool(services, cluster, task.id, queue, outcome):
+            followed.offered.append(task.id)
 
 
 def _start_failures(services: Services, cluster: Cluster, jobs: list[JobState]) -> dict[str, Outcome]:

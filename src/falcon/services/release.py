@@ -113,7 +113,17 @@ def delete_service(services: Services, cluster: Cluster, name: str) -> None:
 def keep_or_delete_pool(
     services: Services, cluster: Cluster, pool: str, queue: QueueKey, task_id: str, outcome: Outcome
 ) -> str | None:
-    """Hand the pool to the queue's next task, or delete it; returns a deletion error, if any.
+    """Hand the pool to the queue's next task, or delete it; returns a deletion error, if any."""
+    if settle_pool(services, cluster, pool, queue, task_id, outcome) is PoolState.DELETING:
+        return delete_pool(services, cluster, pool)
+    return None
+
+
+def settle_pool(
+    services: Services, cluster: Cluster, pool: str, queue: QueueKey, task_id: str, outcome: Outcome
+) -> PoolState | None:
+    """Keep the task's pool (IDLE: the queue's next task takes it) or mark it for deletion
+    (DELETING: the caller deletes it); None when it is not the task's any more.
 
     Its takers are the queue's waiting tasks and its acquiring one while that holds no ready pool
     (it takes an idle pool at once, by hand-over). With none, the keeping policy's horizon for
@@ -125,7 +135,8 @@ def keep_or_delete_pool(
     the waiting task does not create the same slice again; a failed task's pool is not.
 
     The queue's tidal warm target keeps it too while the queue has fewer idle pools: a pool is
-    deleted only when neither a waiting task nor the warm target keeps it."""
+    deleted only when neither a waiting task nor the warm target keeps it. Settling again is
+    harmless: a pool kept or handed on is no longer the task's, one marked stays marked."""
     store = services.store
     idle = store.idle_count(queue)
     record = store.pool(cluster.id, pool)
@@ -138,12 +149,24 @@ def keep_or_delete_pool(
         _wait_until_created(services, cluster, pool, task_id)
     now = services.clock.now()
     if keep and store.keep_pool(cluster.id, pool, task_id, now):
-        return None
-    if not store.start_deleting_pool(cluster.id, pool, task_id, now):
-        current = store.pool(cluster.id, pool)
-        if current is None or current.state is not PoolState.DELETING:
-            return None  # kept or handed on by an earlier attempt of this release: not this task's any more
-    return delete_pool(services, cluster, pool)
+        return PoolState.IDLE
+    if store.start_deleting_pool(cluster.id, pool, task_id, now):
+        return PoolState.DELETING
+    current = store.pool(cluster.id, pool)
+    return PoolState.DELETING if current is not None and current.state is PoolState.DELETING else None
+
+
+def offer_freed_pool(
+    services: Services, cluster: Cluster, task_id: str, queue: QueueKey, outcome: Outcome
+) -> bool:
+    """Settle the pool of a task whose Job ended by itself, as soon as that is seen: its pods are
+    done, so its nodes are free already, and the queue's next task need not wait for the release
+    run to start (a flow run's start, seconds when Prefect is busy) to take the pool. The release
+    run then deletes the Job and, if marked, the pool. True when the pool was kept."""
+    held = services.store.held_pool(cluster.id, task_id)
+    if held is None or held.state is not PoolState.IN_USE:
+        return False
+    return settle_pool(services, cluster, held.name, queue, task_id, outcome) is PoolState.IDLE
 
 
 def observed(services: Services, queue: QueueKey) -> QueueObservations:
