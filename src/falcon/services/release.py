@@ -138,9 +138,11 @@ def settle_pool(
     deleted only when neither a waiting task nor the warm target keeps it. Settling again is
     harmless: a pool kept or handed on is no longer the task's, one marked stays marked."""
     store = services.store
-    idle = store.idle_count(queue)
     record = store.pool(cluster.id, pool)
-    horizon = keep_horizon(services, queue, record.mode) if record else timedelta(0)
+    if record is None or record.holder_task_id != task_id:  # settled already, or gone
+        return PoolState.DELETING if record is not None and record.state is PoolState.DELETING else None
+    idle = store.idle_count(queue)
+    horizon = keep_horizon(services, queue, record.mode)
     takers = store.waiting_count(queue) + store.takers_without_pool().get(queue, 0)
     keep = services.keep_policy.keep_at_release(takers, idle, horizon) or warm_keeps(
         warm_target_of(services, queue).pools, idle
@@ -150,10 +152,7 @@ def settle_pool(
     now = services.clock.now()
     if keep and store.keep_pool(cluster.id, pool, task_id, now):
         return PoolState.IDLE
-    if store.start_deleting_pool(cluster.id, pool, task_id, now):
-        return PoolState.DELETING
-    current = store.pool(cluster.id, pool)
-    return PoolState.DELETING if current is not None and current.state is PoolState.DELETING else None
+    return PoolState.DELETING if store.start_deleting_pool(cluster.id, pool, task_id, now) else None
 
 
 def offer_freed_pool(
