@@ -1,9 +1,12 @@
 """The scheduled dispatcher flow: one run loops for ``run_seconds`` ticking every ``tick_seconds``,
 with its reconcile rounds every ``reconcile_seconds`` in a thread beside the ticks.
 
-Deployed with concurrency 1 (CANCEL_NEW) so two runs never tick at once; the next scheduled
-run takes over when this one ends. Looping inside one run, rather than one run per tick,
-is what keeps pickup latency under a second (a run start costs seconds).
+Deployed with concurrency 2 (CANCEL_NEW): the next scheduled run starts while this one stops
+(a runner or worker submits it up to 20 s early, and this run's stop takes seconds), and a third
+is cancelled. Two dispatchers at once are safe (README, "Two dispatchers at once are safe"); a
+gap is not, since with limit 1 the early successor would be cancelled and nothing would dispatch
+until the interval after. Looping inside one run, rather than one run per tick, is what keeps
+pickup latency under a second (a run start costs seconds).
 
 SIGTERM (Prefect cancelling the run, a worker or Kubernetes shutting down) stops the loop at the
 next tick boundary; the process serves Kubernetes probes on ``FALCON_HEALTH_PORT`` if set.
@@ -71,9 +74,9 @@ def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = No
 def until_next_scheduled(run_seconds: float, margin: float = 10.0) -> float:
     """How long this run may loop: ``run_seconds``, cut short so that it ends ``margin`` seconds
     before its deployment's next scheduled run starts. A run started off the schedule (the first
-    run ``falcon local`` starts, a restart by the Crashed trigger) would otherwise still hold the
-    deployment's concurrency slot then, and CANCEL_NEW would cancel the next run: no dispatcher
-    until the interval after it."""
+    run ``falcon local`` starts, a restart by the Crashed trigger) would otherwise go on beside the
+    next run for most of an interval (the dispatcher), or hold the deployment's one slot then so
+    that CANCEL_NEW cancelled the next run (the tidal controller: none until the interval after)."""
     context = FlowRunContext.get()
     deployment = context.flow_run.deployment_id if context and context.flow_run else None
     if deployment is None:

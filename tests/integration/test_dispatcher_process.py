@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from uuid import UUID
 
 import pytest
 import sqlalchemy as sa
@@ -189,3 +190,45 @@ def test_a_run_started_off_schedule_ends_before_the_next_scheduled_run_of_its_de
     assert cut_short(60, starts, now, 10) == 60
     assert cut_short(590, now + timedelta(seconds=5), now, 10) == 0
     assert cut_short(590, None, now, 10) == 590
+
+
+@pytest.mark.parametrize(("name", "successor_runs"), [("dispatcher", True), ("tidal-controller", False)])
+def test_a_successor_submitted_while_its_predecessor_stops_runs_only_where_two_may_overlap(
+    prefect_api: None, name: str, successor_runs: bool
+) -> None:
+    """A runner or worker submits the next scheduled run up to 20 s early. With prefect.yaml's
+    limits a dispatcher's successor starts while its predecessor is still running (limit 2; a
+    third is cancelled), while a controller's is cancelled (limit 1), which is why a controller
+    run ends ``HANDOVER_SECONDS`` before its successor is due."""
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import ConcurrencyOptions, StateType
+    from prefect.states import Pending, Running
+
+    from falcon.local import long_running_options, prefect_yaml_deployment
+
+    @flow(name=f"handover-{name}")
+    def probe_flow() -> None:
+        return None
+
+    limit = long_running_options(prefect_yaml_deployment(name))["concurrency_limit"]
+    with get_client(sync_client=True) as client:
+        deployment = client.create_deployment(
+            flow_id=client.create_flow(probe_flow),
+            name=name,
+            concurrency_limit=limit.limit,
+            concurrency_options=ConcurrencyOptions(collision_strategy=limit.collision_strategy),
+        )
+        runs = [client.create_flow_run_from_deployment(deployment) for _ in range(3)]
+
+        def submit(run_id: UUID) -> StateType:
+            state = client.set_flow_run_state(run_id, Pending()).state
+            assert state is not None
+            return state.type
+
+        assert submit(runs[0].id) is StateType.PENDING
+        client.set_flow_run_state(runs[0].id, Running())  # the predecessor, still stopping
+        successor = submit(runs[1].id)
+        assert (successor is StateType.PENDING) is successor_runs, successor
+        if successor_runs:
+            assert submit(runs[2].id) is StateType.CANCELLED  # never three dispatchers

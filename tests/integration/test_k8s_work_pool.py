@@ -128,7 +128,7 @@ class Prefect:
 @pytest.fixture
 def prefect_server(tmp_path: Path) -> Iterator[str]:
     """A Prefect server of its own. Its scheduler is off: the dispatcher's 600 s interval run would
-    otherwise take the deployment's one slot (CANCEL_NEW) for 590 s if it came first."""
+    otherwise run for 590 s beside the test's own, if it came first."""
     port = free_port()
     command = [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)]
     home = str(tmp_path / "server-home")

@@ -1,6 +1,6 @@
 """`prefect deploy --all` accepts prefect.yaml and creates the five deployments as designed: the
-long-running dispatcher and tidal controller on an interval with concurrency 1 (CANCEL_NEW) and
-restarted when they crash; the per-task and warm-pool flows unscheduled."""
+long-running dispatcher and tidal controller on an interval with concurrency 2 and 1 (CANCEL_NEW)
+and restarted when they crash; the per-task and warm-pool flows unscheduled."""
 
 from __future__ import annotations
 
@@ -19,8 +19,11 @@ LONG_RUNNING = {
     "tidal-controller": "falcon-tidal-controller-restart",
 }
 STARTED_ON_DEMAND = ("task-lifecycle", "task-release", "warm-pools")
-# The dispatcher's run ends 10 s before the next interval: its in-process runs stop first.
-RUN_SECONDS = {"dispatcher": 590, "tidal-controller": 598}
+# Each run ends before the next interval: the dispatcher's in-process runs stop first, and the
+# controller's successor (submitted up to 20 s early) must find the one slot free.
+RUN_SECONDS = {"dispatcher": 590, "tidal-controller": 570}
+# Two dispatchers overlap at a handover (safe); two controllers never run at once.
+CONCURRENCY = {"dispatcher": 2, "tidal-controller": 1}
 
 
 def test_prefect_deploy_creates_the_five_deployments(prefect_api: None) -> None:
@@ -44,7 +47,7 @@ def test_prefect_deploy_creates_the_five_deployments(prefect_api: None) -> None:
         }
     for name, deployment in looping.items():
         assert deployment.global_concurrency_limit is not None, name
-        assert deployment.global_concurrency_limit.limit == 1
+        assert deployment.global_concurrency_limit.limit == CONCURRENCY[name]
         assert deployment.concurrency_options is not None
         assert deployment.concurrency_options.collision_strategy.value == "CANCEL_NEW"
         assert [s.schedule.interval.total_seconds() for s in deployment.schedules] == [600]  # type: ignore[union-attr]
