@@ -32,7 +32,9 @@ Measured, per arm:
   Idle is further split by Falcon's own pool state (read from its DB at each sample): kept (idle,
   awaiting a task), held with no pod yet, task ended but Job not yet deleted, marked deleting but
   GKE not yet deleting (per-cluster operation lock), being deleted;
-* submit -> Running: row ``created_at`` to the first poll (every 0.1 s) that sees status Running.
+* submit -> Running: row ``created_at`` to the first poll (every 0.1 s) that sees status Running;
+  of it, the wait to be picked (to the progress row's ``acquiring_at``: the queue's slot, one
+  acquiring task per queue) and the rest (the acquisition: a pool taken or created, the Job, its pods).
 
 Time is compressed (one emulated second stands for --compression real seconds); GKE's times are
 compressed with it, Falcon's own step times (a tick, a flow run's steps, a release) are not, so every
@@ -73,6 +75,7 @@ os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 import httpx  # noqa: E402
+import sqlalchemy as sa  # noqa: E402
 from pool_optimum import Plan, Queue, QueuedTask, optimum  # noqa: E402
 from sqlalchemy.exc import SQLAlchemyError  # noqa: E402
 from workload import SHAPES, TPU_TYPE, SyntheticTask, WorkloadParams, gap_variation, generate, summary  # noqa: E402
@@ -80,6 +83,7 @@ from workload import SHAPES, TPU_TYPE, SyntheticTask, WorkloadParams, gap_variat
 from falcon.adapters.clock import utc_now  # noqa: E402
 from falcon.adapters.db import repository as repo  # noqa: E402
 from falcon.adapters.db.migrate import upgrade  # noqa: E402
+from falcon.adapters.db.orm import TaskProgressRow  # noqa: E402
 from falcon.adapters.db.session import session_scope  # noqa: E402
 from falcon.bootstrap import build_services, serving  # noqa: E402
 from falcon.domain.lifecycle import PoolState  # noqa: E402
@@ -361,6 +365,7 @@ class ArmResult:
     nodes_left: int = 0
     node_seconds: NodeSeconds = field(default_factory=NodeSeconds)
     to_running: list[float] = field(default_factory=list)  # emulated seconds, per task that ran
+    to_pick: list[float] = field(default_factory=list)  # of it, the wait to be picked, per task that ran
     never_running: int = 0
     failed_on_inherited_pool: int = 0  # did not succeed, on a pool another task had created
     errors: Counter[str] = field(default_factory=Counter)  # Prefect ERROR logs, by kind
@@ -446,6 +451,8 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
             result.nodes_left += sum(p["nodeCount"] for p in cluster["nodePools"])
         with session_scope(services.settings.resolved_database_url) as s:
             rows_by_id = {t.id: t for t in repo.list_tasks(s, 10_000)}
+            picks = sa.select(TaskProgressRow.task_id, TaskProgressRow.acquiring_at)
+            picked_at = {task_id: at for task_id, at in s.execute(picks)}
             all_pools = repo.pools_in(s, list(ALL_POOL_STATES))
         result.pools_by_mode = Counter(p.mode for p in all_pools)
         mode_of = {(p.cluster_id, p.name): p.mode for p in all_pools}
@@ -472,6 +479,8 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
                 result.reused += 1
             if task_id in running_at:
                 result.to_running.append((running_at[task_id] - created_at[task_id]).total_seconds())
+                if picked_at.get(task_id):
+                    result.to_pick.append((picked_at[task_id] - created_at[task_id]).total_seconds())
             else:
                 result.never_running += 1
         result.node_seconds = monitor.totals
@@ -587,6 +596,10 @@ def report(results: list[ArmResult], tasks: list[SyntheticTask], compression: fl
             "submit -> Running, mean (min)",
             lambda r: f"{minutes(statistics.fmean(r.to_running)) if r.to_running else float('nan'):.1f}",
         ),
+        (
+            "  of it waiting to be picked, mean (min)",
+            lambda r: f"{minutes(statistics.fmean(r.to_pick)) if r.to_pick else float('nan'):.1f}",
+        ),
         ("submit -> Running, p50 (min)", lambda r: f"{minutes(percentile(r.to_running, 0.5)):.1f}"),
         ("submit -> Running, p90 (min)", lambda r: f"{minutes(percentile(r.to_running, 0.9)):.1f}"),
         ("tasks never seen Running", lambda r: str(r.never_running)),
@@ -666,6 +679,7 @@ def arm_metrics(r: ArmResult, compression: float) -> dict[str, float]:
         * compression
         / 60,
         "to_running_p90_min": percentile(r.to_running, 0.9) * compression / 60,
+        "to_pick_mean_min": (statistics.fmean(r.to_pick) if r.to_pick else math.nan) * compression / 60,
         "pools_left": r.pools_left,
         # Node-time idle in Falcon's own steps (pool held before its pod is on it, Job ended before
         # the release deleted it), in wall (= emulated) seconds: these steps are not compressed.
@@ -735,6 +749,7 @@ SUMMARY_KEYS = (
     ("reused", "tasks reused"),
     ("to_running_mean_min", "->Running mean min"),
     ("to_running_p90_min", "->Running p90 min"),
+    ("to_pick_mean_min", "of it to the pick"),
     ("falcon_steps_idle_h", "node-h Falcon steps"),
 )
 

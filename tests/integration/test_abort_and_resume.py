@@ -86,9 +86,10 @@ def test_running_the_lifecycle_again_after_it_finished_changes_nothing(
 
 
 class DyingFirstRelease(InProcessLauncher):
-    """The first release run of each task deletes the Job and asks GKE to delete the pool, then
-    its process 'dies'. From then on any other DELETE of a Falcon pool is answered 403, so a
-    second deletion request would show in the task's Message."""
+    """The first release run of each task deletes the Job and asks GKE to delete the pool (which
+    the round that saw the Job end marked already), then its process 'dies'. From then on any
+    other DELETE of a Falcon pool is answered 403, so a second deletion request would show in the
+    task's Message."""
 
     def __init__(self, services: Services, emulator: EmulatorServer) -> None:
         super().__init__()
@@ -103,7 +104,8 @@ class DyingFirstRelease(InProcessLauncher):
             task = repo.get_task(s, task_id)
         assert task is not None and task.k8s_job_name and task.node_pool_name
         delete_job(svc, CLUSTER, task.k8s_job_name)
-        assert svc.store.start_deleting_pool(CLUSTER.id, task.node_pool_name, task_id, svc.clock.now())
+        pool = svc.store.pool(CLUSTER.id, task.node_pool_name)
+        assert pool is not None and pool.state is PoolState.DELETING  # marked by the round that saw the end
         svc.node_pools.delete(CLUSTER, task.node_pool_name)
         inject_fault(self.emulator, "DELETE", r"/nodePools/falcon-", 403, "a second deletion request")
         self.died.append(task_id)
