@@ -198,3 +198,36 @@ def test_a_zonal_cluster_without_a_zone_puts_its_pools_in_its_own_zone(db_url: s
     with session_scope(db_url) as s:
         (cluster,) = repo.list_clusters(s)
     assert (cluster.zone, cluster.node_zone) == (None, "us-east5-a")
+
+
+def _job_indexes(url: str) -> set[str]:
+    return {index["name"] or "" for index in sa.inspect(engine_for(url)).get_indexes("job")}
+
+
+def test_intake_finds_new_rows_through_an_index_where_falcon_made_the_job_table(db_url: str) -> None:
+    assert "ix_job__status__reason__created_at" in _job_indexes(db_url)
+    downgrade(db_url, "f1a0c0de0007")
+    assert "ix_job__status__reason__created_at" not in _job_indexes(db_url)
+    upgrade(db_url)
+    assert "ix_job__status__reason__created_at" in _job_indexes(db_url)
+
+
+def test_an_upstream_owned_job_table_keeps_its_own_indexes(db_url: str) -> None:
+    downgrade(db_url, "base")
+    with engine_for(db_url).begin() as conn:  # upstream's table, with the contract's columns only
+        conn.execute(
+            sa.text(
+                "CREATE TABLE job (id VARCHAR(64) PRIMARY KEY, actor VARCHAR(128) NOT NULL,"
+                " name VARCHAR(255) NOT NULL, tpu_type VARCHAR(32) NOT NULL, spec JSON NOT NULL,"
+                " timeout_seconds INT NULL, status VARCHAR(16) NOT NULL, reason VARCHAR(64) NULL,"
+                " message TEXT NULL, cluster_id VARCHAR(36) NULL, node_pool_name VARCHAR(64) NULL,"
+                " k8s_job_name VARCHAR(128) NULL, job_uid VARCHAR(64) NULL, created_at DATETIME(6) NOT NULL,"
+                " updated_at DATETIME(6) NOT NULL, dispatched_at DATETIME(6) NULL,"
+                " finished_at DATETIME(6) NULL, aborting_at DATETIME(6) NULL, aborted_at DATETIME(6) NULL)"
+            )
+        )
+    upgrade(db_url)
+    assert _job_indexes(db_url) == set()
+    _insert(db_url, "t1")
+    with session_scope(db_url) as s:
+        assert [t.id for t in repo.new_tasks(s, 10)] == ["t1"]

@@ -122,6 +122,8 @@ class JobRow(Base):
 
     __table_args__ = (
         sa.Index("ix_job__status__created_at", "status", "created_at"),
+        # intake's "Pending, reason NULL, oldest first" without stepping over the waiting rows
+        sa.Index("ix_job__status__reason__created_at", "status", "reason", "created_at", "id"),
         sa.Index("ix_job__cluster_id__status", "cluster_id", "status"),
     )
 
