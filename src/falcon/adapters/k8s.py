@@ -7,6 +7,7 @@ dataclasses so the services never see client models.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from kubernetes import client as k8s
@@ -95,27 +96,35 @@ class KubernetesJobs:
     def warning_events(self, namespace: str) -> list[ClusterEvent]:
         """Every Warning Event of the namespace in one call (field selector ``type=Warning``)."""
         with kubernetes_errors(f"list Warning events in {namespace}", "list_events"):
-            found = self._core.list_namespaced_event(
-                namespace, field_selector="type=Warning", _request_timeout=self._timeout
+            response = self._core.list_namespaced_event(
+                namespace,
+                field_selector="type=Warning",
+                _request_timeout=self._timeout,
+                _preload_content=False,
             )
-        return [_event(e) for e in found.items]
+            return [_event(e) for e in _json(response).get("items") or []]
 
     def falcon_pods(self, namespace: str) -> list[PodState]:
-        """The pods of every Falcon Job in the namespace, in one call."""
+        """The pods of every Falcon Job in the namespace, in one call (as JSON, like list_jobs:
+        a reconcile round reads them while any Job has a pod not ready yet)."""
         with kubernetes_errors(f"list pods in {namespace}", "list_pods"):
-            found = self._core.list_namespaced_pod(
-                namespace, label_selector=f"managed-by={MANAGED_BY}", _request_timeout=self._timeout
+            response = self._core.list_namespaced_pod(
+                namespace,
+                label_selector=f"managed-by={MANAGED_BY}",
+                _request_timeout=self._timeout,
+                _preload_content=False,
             )
-        return [_pod_state(p) for p in found.items]
+            return [_pod_state(p) for p in _json(response).get("items") or []]
 
     def job_pods(self, namespace: str, job_name: str) -> list[PodState]:
         with kubernetes_errors(f"list pods of Job {job_name}", "list_job_pods"):
-            found = self._core.list_namespaced_pod(
+            response = self._core.list_namespaced_pod(
                 namespace,
                 label_selector=f"batch.kubernetes.io/job-name={job_name}",
                 _request_timeout=self._timeout,
+                _preload_content=False,
             )
-        return [_pod_state(p) for p in found.items]
+            return [_pod_state(p) for p in _json(response).get("items") or []]
 
 
 def _json(response: Any) -> dict[str, Any]:
@@ -143,27 +152,36 @@ def _job_state(job: dict[str, Any]) -> JobState:
     )
 
 
-def _pod_state(pod: Any) -> PodState:
-    status = pod.status
+def _pod_state(pod: dict[str, Any]) -> PodState:
+    """What Falcon needs of a Pod, from the API server's JSON."""
+    metadata, status = pod.get("metadata") or {}, pod.get("status") or {}
     waiting, waiting_message = None, ""
     terminated: list[tuple[str, int]] = []
-    for cs in status.container_statuses or []:
-        if cs.state and cs.state.waiting and cs.state.waiting.reason not in (None, "ContainerCreating"):
-            waiting, waiting_message = cs.state.waiting.reason, cs.state.waiting.message or ""
-        if cs.state and cs.state.terminated and cs.state.terminated.exit_code != 0:
-            terminated.append((cs.state.terminated.reason or "Error", cs.state.terminated.exit_code))
+    for container in status.get("containerStatuses") or []:
+        state = container.get("state") or {}
+        held = state.get("waiting") or {}
+        if held.get("reason") not in (None, "ContainerCreating"):
+            waiting, waiting_message = held["reason"], held.get("message") or ""
+        ended = state.get("terminated") or {}
+        if ended and ended.get("exitCode", 0) != 0:
+            terminated.append((ended.get("reason") or "Error", ended["exitCode"]))
     unschedulable = next(
-        (c.message for c in status.conditions or [] if c.type == "PodScheduled" and c.status == "False"), None
+        (
+            c.get("message")
+            for c in status.get("conditions") or []
+            if c.get("type") == "PodScheduled" and c.get("status") == "False"
+        ),
+        None,
     )
     return PodState(
-        pod.metadata.name,
-        status.phase or "Pending",
+        metadata.get("name", ""),
+        status.get("phase") or "Pending",
         waiting,
         terminated,
         unschedulable,
         waiting_message,
-        status.start_time,
-        (pod.metadata.labels or {}).get(TASK_LABEL),
+        _timestamp(status.get("startTime")),
+        (metadata.get("labels") or {}).get(TASK_LABEL),
     )
 
 
@@ -171,13 +189,20 @@ def _service(service: Any) -> FalconService:
     return FalconService(service.metadata.name, (service.metadata.annotations or {}).get(TASK_ID_ANNOTATION))
 
 
-def _event(event: Any) -> ClusterEvent:
-    involved = event.involved_object
+def _event(event: dict[str, Any]) -> ClusterEvent:
+    involved = event.get("involvedObject") or {}
     return ClusterEvent(
-        kind=involved.kind or "",
-        name=involved.name or "",
-        uid=involved.uid or "",
-        reason=event.reason or "",
-        message=event.message or "",
-        first_seen=event.first_timestamp or event.event_time or event.last_timestamp,
+        kind=involved.get("kind") or "",
+        name=involved.get("name") or "",
+        uid=involved.get("uid") or "",
+        reason=event.get("reason") or "",
+        message=event.get("message") or "",
+        first_seen=_timestamp(
+            event.get("firstTimestamp") or event.get("eventTime") or event.get("lastTimestamp")
+        ),
     )
+
+
+def _timestamp(text: str | None) -> datetime | None:
+    """An RFC 3339 Time or MicroTime of the API server (``...Z``), as an aware datetime."""
+    return datetime.fromisoformat(text) if text else None
