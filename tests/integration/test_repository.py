@@ -87,7 +87,7 @@ def test_messages_are_written_in_batches_larger_than_one_statement(db_url: str, 
     if server_form != "as detected":
         repo._JSON_TABLE_UPDATES[str(engine_for(db_url).url)] = None  # as on a server without JSON_TABLE
     queue = QueueKey("c1", "2x4")
-    n = repo.MESSAGE_BATCH + 7
+    n = max(repo.MESSAGE_BATCH, repo.JSON_TABLE_BATCH) + 7
     with session_scope(db_url) as s:
         for i in range(n):
             repo.insert_task(

@@ -459,6 +459,7 @@ def request_abort(session: Session, task_id: str, now: datetime) -> bool:
 
 
 MESSAGE_BATCH = 200  # rows per UPDATE ... CASE statement on a server database
+JSON_TABLE_BATCH = 1000  # rows per UPDATE ... JSON_TABLE statement: about 200 KB of JSON
 
 
 def set_messages(session: Session, messages: dict[str, str], now: datetime) -> int:
@@ -477,10 +478,11 @@ def set_messages(session: Session, messages: dict[str, str], now: datetime) -> i
         statement = sa.update(job).where(job.c.id == sa.bindparam("b_id"), waiting_row)
         session.execute(statement.values(message=sa.bindparam("b_message"), updated_at=now), rows)
         return len(rows)
-    if (joined := _json_table_update(session)) is not None:
-        session.execute(joined, {"rows": json.dumps(list(messages.items())), "now": now})
-        return len(messages)
     items = list(messages.items())
+    if (joined := _json_table_update(session)) is not None:
+        for start in range(0, len(items), JSON_TABLE_BATCH):  # a statement stays far below max_allowed_packet
+            session.execute(joined, {"rows": json.dumps(items[start : start + JSON_TABLE_BATCH]), "now": now})
+        return len(items)
     for start in range(0, len(items), MESSAGE_BATCH):
         batch = dict(items[start : start + MESSAGE_BATCH])
         session.execute(
