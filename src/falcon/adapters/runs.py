@@ -17,7 +17,6 @@ its own; a dispatcher that restarts mid-launch can never start a second run.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import threading
@@ -28,7 +27,6 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 from uuid import UUID
 
-import prefect
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     DeploymentFilter,
@@ -40,7 +38,7 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.sorting import FlowRunSort
-from prefect.context import FlowRunContext, SyncClientContext
+from prefect.context import FlowRunContext
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 
@@ -241,34 +239,13 @@ class ThreadLauncher:
         return f"{self.owner}{OWNER_SEPARATOR}{key}"
 
     def _work(self) -> None:
-        with contextlib.ExitStack() as shared:
-            sharing = False
-            while (item := self._queue.get()) is not None:
-                key, flow, parameters = item
-                if not sharing and isinstance(flow, prefect.Flow):
-                    sharing = _share_client(shared)
-                self._run(key, flow, parameters)
-
-    def _run(self, key: str, flow: Flow, parameters: dict[str, Any]) -> None:
-        try:
-            if not self.stopping.is_set():
-                flow(**parameters)
-        except Exception:  # the flow run records its own failure; the dispatcher restarts it
-            logger.debug("event=flow_run_failed run=%s", key, exc_info=True)
-        finally:
-            with self._lock:
-                self._live.discard(key)
-
-
-def _share_client(stack: contextlib.ExitStack) -> bool:
-    """Open one Prefect client for the flow runs of this thread, for as long as it lives; True
-    once open. Each run would otherwise build its own client, and with it an SSL context (the
-    CA bundle read and parsed: 9 % of the dispatcher process's samples at 400 running tasks).
-    When the API does not answer, the runs build their own as before, and the next run tries
-    again."""
-    try:
-        stack.enter_context(SyncClientContext.get_or_create())
-    except Exception:
-        logger.debug("event=shared_client_unavailable", exc_info=True)
-        return False
-    return True
+        while (item := self._queue.get()) is not None:
+            key, flow, parameters = item
+            try:
+                if not self.stopping.is_set():
+                    flow(**parameters)
+            except Exception:  # the flow run records its own failure; the dispatcher restarts it
+                logger.debug("event=flow_run_failed run=%s", key, exc_info=True)
+            finally:
+                with self._lock:
+                    self._live.discard(key)
