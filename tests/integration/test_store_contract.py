@@ -27,7 +27,7 @@ from falcon.domain.lifecycle import (
     Progress,
     WaitingRow,
 )
-from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, Task
+from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, RunningTask, Task
 from falcon.domain.scheduling import WaitingTask
 from falcon.domain.status import IllegalTransitionError, Reason, Status
 from falcon.domain.warm_pools import WarmRule
@@ -181,12 +181,20 @@ def test_snapshot_lists_new_aborting_acquiring_and_the_book_or_its_counts_only_w
 def test_running_tasks_are_the_phase_running_ones_with_their_rows(
     store: TaskStore, upstream: Upstream
 ) -> None:
-    running(store, upstream, "runs")
+    acquiring(store, upstream, "runs")
+    assert store.mark_dispatched("runs", "falcon-runs", "uid-1", "dispatched", T1)
+    assert store.mark_running("runs", "running", T1)
     acquiring(store, upstream, "acquires")
     queued(store, upstream, "waits")
     [(prog, task)] = store.running_tasks()
     assert prog == Progress("runs", Phase.RUNNING, Q, None, 1)
-    assert (task.id, task.status, task.reason, task.message) == ("runs", Status.RUNNING, None, "running")
+    assert task == RunningTask.of(row(store, "runs"))  # the columns following a Job needs, as read
+    assert (task.id, task.status, task.k8s_job_name, task.dispatched_at) == (
+        "runs",
+        Status.RUNNING,
+        "falcon-runs",
+        T1,
+    )
 
 
 def test_tasks_returns_only_the_known_ids(store: TaskStore, upstream: Upstream) -> None:

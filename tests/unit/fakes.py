@@ -33,7 +33,7 @@ from falcon.domain.lifecycle import (
     check_phase_move,
 )
 from falcon.domain.messages import Locale
-from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey, Task
+from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey, RunningTask, Task
 from falcon.domain.node_pools import NodePoolPlan, PoolStatus, ReservationRef
 from falcon.domain.pool_economics import CostPolicy, QueueObservations
 from falcon.domain.scheduling import ReservationCapacity, WaitingTask, pick_next
@@ -276,9 +276,9 @@ class MemoryTaskStore:
     def progress_in(self, phases: Sequence[Phase]) -> list[Progress]:
         return [p for p in self.progress.values() if p.phase in phases]
 
-    def running_tasks(self) -> list[tuple[Progress, Task]]:
+    def running_tasks(self) -> list[tuple[Progress, RunningTask]]:
         return [
-            (p, self.rows[p.task_id])
+            (p, RunningTask.of(self.rows[p.task_id]))
             for p in self.progress.values()
             if p.phase is Phase.RUNNING and p.task_id in self.rows
         ]

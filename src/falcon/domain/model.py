@@ -310,6 +310,22 @@ class Task:
         return normalise_topology(value) if isinstance(value, str) else None
 
 
+@dataclass(frozen=True)
+class RunningTask:
+    """What following a running task's Job needs of its row. The reconcile round reads every
+    running row each second; their spec and Message, most of a row's bytes, stay unread."""
+
+    id: str
+    status: Status
+    k8s_job_name: str | None
+    dispatched_at: datetime | None
+    timeout_seconds: int | None
+
+    @classmethod
+    def of(cls, task: Task) -> RunningTask:
+        return cls(task.id, task.status, task.k8s_job_name, task.dispatched_at, task.timeout_seconds)
+
+
 class ProvisioningMode(StrEnum):
     RESERVATION = "reservation"
     FLEX_START = "flex_start"

@@ -28,7 +28,7 @@ from falcon.domain.lifecycle import (
     timed_out,
 )
 from falcon.domain.messages import MessageKey
-from falcon.domain.model import NODE_POOL_PREFIX, Cluster, QueueKey, Task
+from falcon.domain.model import NODE_POOL_PREFIX, Cluster, QueueKey, RunningTask, Task
 from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.scheduling import IdlePool, expired_idle_pools
 from falcon.domain.status import TERMINAL, Reason, Status
@@ -69,7 +69,7 @@ def follow_running(services: Services, clusters: Clusters, waited_for: Set[str] 
     (clusters tasks wait for: the same list tells whether they answer); every running task whose
     Job ended, vanished, timed out, was aborted or has pods that can never start moves to
     releasing. A Job that ended by itself has its pool settled at once (``offer_freed_pool``)."""
-    by_cluster: dict[str, list[tuple[Progress, Task]]] = {cluster_id: [] for cluster_id in waited_for}
+    by_cluster: dict[str, list[tuple[Progress, RunningTask]]] = {cluster_id: [] for cluster_id in waited_for}
     for progress, task in services.store.running_tasks():
         cluster_id = progress.queue.cluster_id if progress.queue else ""
         by_cluster.setdefault(cluster_id, []).append((progress, task))
@@ -92,7 +92,7 @@ def follow_running(services: Services, clusters: Clusters, waited_for: Set[str] 
 def _follow_cluster(
     services: Services,
     cluster: Cluster,
-    tasks: list[tuple[Progress, Task]],
+    tasks: list[tuple[Progress, RunningTask]],
     jobs: dict[str, JobState],
     followed: Followed,
 ) -> None:
@@ -131,7 +131,7 @@ def _start_failures(services: Services, cluster: Cluster, jobs: list[JobState]) 
 
 
 def _running_outcome(
-    services: Services, cluster: Cluster, task: Task, job: JobState | None
+    services: Services, cluster: Cluster, task: RunningTask, job: JobState | None
 ) -> Outcome | None:
     say = services.say
     if task.status is Status.ABORTING:

@@ -13,7 +13,7 @@ from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import session_scope
 from falcon.adapters.metrics import IN_DATABASE
 from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState, Progress, Snapshot
-from falcon.domain.model import Cluster, QueueKey, Task
+from falcon.domain.model import Cluster, QueueKey, RunningTask, Task
 from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.status import Reason, Status
 from falcon.domain.warm_pools import WarmRule
@@ -75,7 +75,7 @@ class SqlTaskStore:
         with self._tx() as s:
             return repo.progress_in(s, phases)
 
-    def running_tasks(self) -> list[tuple[Progress, Task]]:
+    def running_tasks(self) -> list[tuple[Progress, RunningTask]]:
         with self._tx() as s:
             return repo.running_tasks(s)
 
