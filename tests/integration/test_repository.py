@@ -81,11 +81,14 @@ def test_waiting_tasks_are_grouped_by_queue_and_messages_land_only_on_waiting_ro
 
 
 @pytest.mark.parametrize("server_form", ["as detected", "UPDATE ... CASE"])
-def test_messages_are_written_in_batches_larger_than_one_statement(db_url: str, server_form: str) -> None:
+def test_messages_are_written_in_batches_larger_than_one_statement(
+    db_url: str, server_form: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On MariaDB 10.6+ the messages go in as one JSON_TABLE; "UPDATE ... CASE" is the form other
     servers get, forced here. Only rows still waiting are written, and any text survives."""
     if server_form != "as detected":
-        repo._JSON_TABLE_UPDATES[str(engine_for(db_url).url)] = None  # as on a server without JSON_TABLE
+        # as on a server without JSON_TABLE
+        monkeypatch.setitem(repo._JSON_TABLE_UPDATES, str(engine_for(db_url).url), None)
     queue = QueueKey("c1", "2x4")
     n = max(repo.MESSAGE_BATCH, repo.JSON_TABLE_BATCH) + 7
     with session_scope(db_url) as s:

@@ -60,8 +60,8 @@ class KubernetesJobs:
                 _request_timeout=self._timeout,
                 _preload_content=False,
             )
-            listed = _json(response)
-        return [_job_state(item) for item in listed.get("items") or []]
+            listed = _items(response)
+        return [_job_state(item) for item in listed]
 
     def delete_job(self, namespace: str, name: str) -> None:
         """Delete the Job and its pods (Background: the batch/v1 default would orphan them)."""
@@ -102,29 +102,32 @@ class KubernetesJobs:
                 _request_timeout=self._timeout,
                 _preload_content=False,
             )
-            return [_event(e) for e in _json(response).get("items") or []]
+            return [_event(e) for e in _items(response)]
 
     def falcon_pods(self, namespace: str) -> list[PodState]:
         """The pods of every Falcon Job in the namespace, in one call (as JSON, like list_jobs:
         a reconcile round reads them while any Job has a pod not ready yet)."""
-        with kubernetes_errors(f"list pods in {namespace}", "list_pods"):
-            response = self._core.list_namespaced_pod(
-                namespace,
-                label_selector=f"managed-by={MANAGED_BY}",
-                _request_timeout=self._timeout,
-                _preload_content=False,
-            )
-            return [_pod_state(p) for p in _json(response).get("items") or []]
+        return self._pods(namespace, f"managed-by={MANAGED_BY}", f"list pods in {namespace}", "list_pods")
 
     def job_pods(self, namespace: str, job_name: str) -> list[PodState]:
-        with kubernetes_errors(f"list pods of Job {job_name}", "list_job_pods"):
+        selector = f"batch.kubernetes.io/job-name={job_name}"
+        return self._pods(namespace, selector, f"list pods of Job {job_name}", "list_job_pods")
+
+    def _pods(self, namespace: str, label_selector: str, what: str, operation: str) -> list[PodState]:
+        with kubernetes_errors(what, operation):
             response = self._core.list_namespaced_pod(
                 namespace,
-                label_selector=f"batch.kubernetes.io/job-name={job_name}",
+                label_selector=label_selector,
                 _request_timeout=self._timeout,
                 _preload_content=False,
             )
-            return [_pod_state(p) for p in _json(response).get("items") or []]
+            return [_pod_state(p) for p in _items(response)]
+
+
+def _items(response: Any) -> list[dict[str, Any]]:
+    """The items of a list response read with ``_preload_content=False``."""
+    items: list[dict[str, Any]] = _json(response).get("items") or []
+    return items
 
 
 def _json(response: Any) -> dict[str, Any]:
