@@ -431,6 +431,29 @@ def test_queue_observations_are_intake_gaps_and_creation_times_per_mode(
     assert store.queue_observations(Q2, gaps=10, creations=10).arrival_gaps == ()
 
 
+def test_queue_observations_count_the_deletions_of_ready_pools_from_marked_to_gone(store: TaskStore) -> None:
+    def deleted(name: str, marked: datetime, seconds: float, holder: str | None = None) -> None:
+        assert store.start_deleting_pool("c1", name, holder, marked)
+        store.pool_deleted("c1", name, marked + timedelta(seconds=seconds))
+
+    for name in ("p1", "p2", "spare"):
+        store.write_ahead_pool(pool(name, f"h-{name}"), T0)
+        store.pool_ready("c1", name, T0 + timedelta(seconds=5))
+    deleted("p2", T1, 12, holder="h-p2")
+    deleted("p1", T2, 4, holder="h-p1")
+    store.pool_deleted("c1", "p2", T2 + timedelta(seconds=99))  # seen gone again: its time stays
+    assert store.keep_pool("c1", "spare", "h-spare", T1)
+    deleted("spare", T2, 3)  # a kept pool the policy let go
+    store.write_ahead_pool(pool("unready", "t9"), T0)
+    deleted("unready", T1, 40, holder="t9")  # never ready: what GKE did with it is not a deletion's cost
+    store.write_ahead_pool(pool("elsewhere", "t8", queue=Q2), T0)
+    store.pool_ready("c1", "elsewhere", T0 + timedelta(seconds=5))
+    deleted("elsewhere", T1, 50, holder="t8")
+    assert store.queue_observations(Q, gaps=10, creations=10).deletion_seconds == (12.0, 3.0, 4.0)
+    assert store.queue_observations(Q, gaps=10, creations=2).deletion_seconds == (3.0, 4.0)
+    assert store.queue_observations(Q2, gaps=10, creations=10).deletion_seconds == (50.0,)
+
+
 def test_run_owners_beat_and_the_last_beat_is_kept(store: TaskStore) -> None:
     assert store.last_beat("owner-1") is None
     store.beat("owner-1", T0)

@@ -95,6 +95,8 @@ class MemoryTaskStore:
         self.pool_errors: dict[tuple[str, str], str | None] = {}
         self.pool_created: dict[tuple[str, str], datetime] = {}  # pools_in lists oldest first
         self.pool_ready_at: dict[tuple[str, str], datetime] = {}
+        self.pool_deleting_at: dict[tuple[str, str], datetime] = {}
+        self.pool_deleted_at: dict[tuple[str, str], datetime] = {}
         self.queued_at: dict[str, datetime] = {}  # intake time of each task: its queue's arrivals
         self.beats: dict[str, datetime] = {}  # run owners' heartbeats
         self.cluster_rows: dict[str, Cluster] = {}
@@ -127,6 +129,8 @@ class MemoryTaskStore:
             self.pools,
             self.pool_errors,
             self.pool_ready_at,
+            self.pool_deleting_at,
+            self.pool_deleted_at,
             self.queued_at,
             self.beats,
             self.rotation,
@@ -602,8 +606,18 @@ class MemoryTaskStore:
             for at, key in ready:
                 seconds = (at - self.pool_created[key]).total_seconds()
                 by_mode[self.pools[key].mode] = (*by_mode.get(self.pools[key].mode, ()), seconds)
+            deleted = sorted(
+                (gone, self.pool_deleting_at[key])
+                for key, gone in self.pool_deleted_at.items()
+                if key in self.pool_deleting_at
+                and key in self.pool_ready_at
+                and self.pools[key].topology == queue.topology
+                and key[0] == queue.cluster_id
+            )[-creations:]
             return QueueObservations(
-                tuple((b - a).total_seconds() for a, b in itertools.pairwise(arrivals)), by_mode
+                tuple((b - a).total_seconds() for a, b in itertools.pairwise(arrivals)),
+                by_mode,
+                tuple((gone - marked).total_seconds() for gone, marked in deleted),
             )
 
     def pool_ready(self, cluster_id: str, name: str, now: datetime) -> None:
@@ -623,13 +637,17 @@ class MemoryTaskStore:
         expect = [PoolState.IN_USE, PoolState.CREATING] if holder is not None else [PoolState.IDLE]
         with self._tx():
             values = {"state": PoolState.DELETING, "holder_task_id": None}
-            return self._move_pool(cluster_id, name, values, expect, holder)
+            moved = self._move_pool(cluster_id, name, values, expect, holder)
+            if moved:
+                self.pool_deleting_at[(cluster_id, name)] = now
+            return moved
 
     def pool_deleted(self, cluster_id: str, name: str, now: datetime) -> None:
         self.calls.append(("pool_deleted", name))
         with self._tx():
             if self._move_pool(cluster_id, name, {"state": PoolState.DELETED}):
                 self.pool_errors[(cluster_id, name)] = None
+                self.pool_deleted_at.setdefault((cluster_id, name), now)
 
     def pool_delete_failed(self, cluster_id: str, name: str, error: str, now: datetime) -> None:
         self.calls.append(("pool_delete_failed", name))
@@ -681,6 +699,7 @@ class MemoryTaskStore:
             ):
                 return False
             self.pool_errors[(cluster_id, name)] = error
+            self.pool_deleting_at[(cluster_id, name)] = now
             rule = self.pool_origins.get((cluster_id, name))
             if rule is not None:
                 self._rule_failed(rule, error, now)

@@ -4,13 +4,13 @@ We test, as named cases: short gaps (kept for the longest of them), long gaps (d
 bursty gaps (an hour's lulls: deleted, since releases land in the lulls; minutes' lulls: kept
 across them), a steady period against two creations, few gaps (the ski-rental horizon, one
 creation), creation times per mode (flex-start dearer than the reservation), the prior until
-enough creations were seen, junk durations ignored, the floor and one spare at release, and the
-baselines.
+enough creations were seen, deletions priced with the creation once enough were seen, junk
+durations ignored, the floor and one spare at release, and the baselines.
 As properties: the horizon's expected cost over the observed gaps, computed here gap by gap, is
 the least of any horizon (so no more than h = 0 or h = C); it is never negative and grows with
-the creation cost; junk never changes it; the floor always keeps; the baselines do as named; and
-the reaper (each pool by its own horizon and hold, composed with tidal warm targets) deletes
-exactly the pools neither keeps.
+the creation cost; an observed deletion counts as that much more creation; junk never changes
+it; the floor always keeps; the baselines do as named; and the reaper (each pool by its own
+horizon and hold, composed with tidal warm targets) deletes exactly the pools neither keeps.
 """
 
 from __future__ import annotations
@@ -44,9 +44,12 @@ NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
 
 def seen(
-    gaps: tuple[float, ...] = (), res: tuple[float, ...] = (), flex: tuple[float, ...] = ()
+    gaps: tuple[float, ...] = (),
+    res: tuple[float, ...] = (),
+    flex: tuple[float, ...] = (),
+    deleted: tuple[float, ...] = (),
 ) -> QueueObservations:
-    return QueueObservations(gaps, {RES: res, FLEX: flex})
+    return QueueObservations(gaps, {RES: res, FLEX: flex}, deleted)
 
 
 def seconds(duration: timedelta) -> float:
@@ -77,6 +80,30 @@ SHORT_LULLS = (15, 40, 90, 400, 20, 60, 30, 500, 25, 35, 80)  # the same, 7-8 mi
         pytest.param(QueueObservations(), FLEX, PRIOR, id="nothing observed: one creation (the prior)"),
         pytest.param(seen((), res=(100, 120)), RES, PRIOR, id="two creations are not enough: the prior"),
         pytest.param(seen((), res=(100, 120, 140, 160)), RES, 120, id="an even count: the lower median"),
+        pytest.param(
+            seen((30, 40), res=(100, 120, 140), deleted=(50, 70, 90)),
+            RES,
+            120 + 70,
+            id="deletions observed: replacing a pool is a creation and a deletion",
+        ),
+        pytest.param(
+            seen((30, 40), deleted=(50, 70, 90)), RES, PRIOR + 70, id="the creation's prior, deletions seen"
+        ),
+        pytest.param(
+            seen((30, 40), res=(100, 120, 140), deleted=(50, 70)),
+            RES,
+            120,
+            id="two deletions are not enough: a deletion is not priced",
+        ),
+        pytest.param(
+            seen((650,) * 6, deleted=(100, 100, 100)),
+            RES,
+            650,
+            id="steady, beyond two creations, within two replacements: kept (deleted unpriced, above)",
+        ),
+        pytest.param(
+            seen((850,) * 6, deleted=(100, 100, 100)), RES, 0, id="steady, beyond two replacements: deleted"
+        ),
     ],
 )
 def test_horizon(observed: QueueObservations, mode: ProvisioningMode, horizon: float) -> None:
@@ -99,8 +126,12 @@ def test_only_the_newest_observations_count() -> None:
 
 @pytest.mark.parametrize("junk", [float("nan"), float("inf"), -float("inf"), -30.0, 0.0, 1e30])
 def test_junk_durations_are_ignored(junk: float) -> None:
-    clean = seen((30, 45, 60, 50, 40), res=(100, 120, 140))
-    dirty = seen((junk, 30, 45, junk, 60, 50, 40, junk), res=(junk, 100, 120, junk, 140))
+    clean = seen((30, 45, 60, 50, 40), res=(100, 120, 140), deleted=(60, 70, 80))
+    dirty = seen(
+        (junk, 30, 45, junk, 60, 50, 40, junk),
+        res=(junk, 100, 120, junk, 140),
+        deleted=(junk, 60, 70, junk, 80, junk),
+    )
     assert POLICY.horizon(dirty, RES) == POLICY.horizon(clean, RES)
     assert POLICY.hold_for_waiters(dirty, RES) == POLICY.hold_for_waiters(clean, RES)
     assert seconds(POLICY.horizon(seen((junk,) * 10, res=(junk,) * 5), RES)) == PRIOR
@@ -209,6 +240,19 @@ def test_a_dearer_creation_never_shortens_the_horizon(gaps: list[int], c1: int, 
     low, high = sorted((c1, c2))
     assert horizon_ms(policy_for(low), gaps) <= horizon_ms(policy_for(high), gaps)
     assert horizon_ms(policy_for(low), gaps[:2]) <= horizon_ms(policy_for(high), gaps[:2])  # ski rental
+
+
+@PROPERTY
+@given(GAPS_MS, CREATION_MS, st.lists(st.integers(1, 2_000_000), min_size=3, max_size=8))
+def test_an_observed_deletion_prices_like_that_much_more_creation(
+    gaps: list[int], creation: int, deletions: list[int]
+) -> None:
+    """The policy's C is the creation plus the deletions' (lower) median, and nothing else moves."""
+    deletion = sorted(deletions)[(len(deletions) - 1) // 2]
+    observed = seen(tuple(g / 1000 for g in gaps), deleted=tuple(d / 1000 for d in deletions))
+    with_deletions = policy_for(creation).horizon(observed, RES) // timedelta(milliseconds=1)
+    assert with_deletions == horizon_ms(policy_for(creation + deletion), gaps)
+    assert with_deletions >= horizon_ms(policy_for(creation), gaps)
 
 
 @PROPERTY

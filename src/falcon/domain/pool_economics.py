@@ -1,16 +1,16 @@
 """Keep or delete an idle node pool by what it costs (design §5, refined by issue 10).
 
-An idle TPU pool costs node-time while it waits for its queue's next task; deleting it costs a
-new creation when that task comes (its nodes are held while GKE brings them up, and the task
-waits that long too). Within one queue every pool has the same node count, so the count cancels
-and both sides are seconds: keep a pool while the expected wait for its next user costs less
-than a creation of its mode.
+An idle TPU pool costs node-time while it waits for its queue's next task; deleting it costs its
+deletion now and a new creation when that task comes (its nodes are held while GKE brings them
+up, and the task waits that long too). Within one queue every pool has the same node count, so
+the count cancels and both sides are seconds: keep a pool while the expected wait for its next
+user costs less than replacing it (a creation of its mode, and one deletion more).
 
 The design's rule stays the floor: a finished task's pool is kept whenever a task of its queue
 waits beyond the pools idle for it already. The cost rule adds a *horizon*: how long an idle
 pool (one spare beyond the waiters) is worth keeping while nobody waits, learnt per queue from
 what Falcon observed (the gaps between the queue's arrivals, and how long its pools took to
-create, per provisioning mode). It replaces the fixed kept-pool grace.
+create, per provisioning mode, and to delete). It replaces the fixed kept-pool grace.
 
 Everything is a pure function of plain data: every duration is passed in, nothing reads a clock.
 Durations are counted in whole milliseconds inside, so that costs compare exactly and the
@@ -49,6 +49,9 @@ class QueueObservations:
     arrival_gaps: tuple[float, ...] = ()
     # The queue's recent pool creations per mode, seconds from the write-ahead record to ready.
     creation_seconds: Mapping[ProvisioningMode, tuple[float, ...]] = field(default_factory=dict)
+    # The queue's recent deletions of ready pools, seconds from marked for deletion to gone: the
+    # nodes count until then, the wait for the cluster's one node-pool operation included.
+    deletion_seconds: tuple[float, ...] = ()
 
 
 class KeepPolicy(Protocol):
@@ -94,8 +97,13 @@ class CostPolicy:
     With fewer than ``min_gaps`` gaps the horizon is ``C``, the ski-rental rule: whatever the next
     gap, an idle spell then costs at most twice what the best choice in hindsight would have.
 
-    ``C`` is the median of the mode's newest ``max_creations`` creations once ``min_creations``
-    were observed, else ``prior_creation_seconds`` (the design reckons 5-10 minutes for a TPU slice).
+    ``C`` is what replacing the pool costs beyond keeping it: a creation of its mode plus a
+    deletion. A pool deleted now and its successor created later are two deletions where a pool
+    kept and reused is one, and a deleting pool's nodes count until GKE is done with it (after
+    the wait for the cluster's one node-pool operation). Each part is the median of the newest
+    ``max_creations`` observed (creations of the mode) once ``min_creations`` were; until then a
+    creation is ``prior_creation_seconds`` (the design reckons 5-10 minutes for a TPU slice) and
+    a deletion is not priced.
     """
 
     prior_creation_seconds: float  # a creation's cost until enough creations of the mode were observed
@@ -113,15 +121,15 @@ class CostPolicy:
             raise ValueError("need 1 <= min_creations <= max_creations and 1 <= min_gaps <= max_gaps")
 
     def horizon(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
-        creation = self._creation_ms(observed, mode)
+        replacement = self._replacement_ms(observed, mode)
         gaps = _milliseconds(observed.arrival_gaps)[-self.max_gaps :]
         if len(gaps) < self.min_gaps:
-            return _duration(creation)
-        return _duration(_cheapest_horizon(gaps, creation))
+            return _duration(replacement)
+        return _duration(_cheapest_horizon(gaps, replacement))
 
     def hold_for_waiters(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
-        creation = self._creation_ms(observed, mode)
-        longer = max(creation, _milliseconds_of(self.horizon(observed, mode)))
+        replacement = self._replacement_ms(observed, mode)
+        longer = max(replacement, _milliseconds_of(self.horizon(observed, mode)))
         return _duration(IDLE_WITH_WAITERS_FACTOR * longer)
 
     def keep_at_release(self, waiting: int, idle: int, horizon: timedelta) -> bool:
@@ -131,11 +139,13 @@ class CostPolicy:
         save."""
         return keep_pool_after_task(waiting, idle) or (horizon > timedelta(0) and idle == waiting)
 
-    def _creation_ms(self, observed: QueueObservations, mode: ProvisioningMode) -> int:
-        seen = _milliseconds(observed.creation_seconds.get(mode, ()))[-self.max_creations :]
-        if len(seen) >= self.min_creations:
-            return median_low(seen)
-        return max(1, round(self.prior_creation_seconds * 1000))
+    def _replacement_ms(self, observed: QueueObservations, mode: ProvisioningMode) -> int:
+        """``C``: a creation of the mode plus a deletion, each the median of the newest observed."""
+        created = _milliseconds(observed.creation_seconds.get(mode, ()))[-self.max_creations :]
+        deleted = _milliseconds(observed.deletion_seconds)[-self.max_creations :]
+        creation = median_low(created) if len(created) >= self.min_creations else None
+        deletion = median_low(deleted) if len(deleted) >= self.min_creations else 0
+        return (creation or max(1, round(self.prior_creation_seconds * 1000))) + deletion
 
 
 @dataclass(frozen=True)

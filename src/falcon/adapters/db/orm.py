@@ -168,6 +168,8 @@ class NodePoolRow(Base):
     last_error: Mapped[str | None] = mapped_column(sa.Text)
     warm_rule: Mapped[str | None] = mapped_column(sa.String(63))  # the tidal rule it was created for
     ready_at: Mapped[datetime | None]  # minus created_at: how long its creation took
+    deleting_at: Mapped[datetime | None]  # marked for deletion (GKE may not have started yet)
+    deleted_at: Mapped[datetime | None]  # minus deleting_at: how long its deletion took
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 

@@ -890,12 +890,20 @@ def start_deleting_pool(
 ) -> bool:
     """The holder's pool (being created or in use), or with ``holder`` None an idle one, is to go."""
     expect = [PoolState.IN_USE, PoolState.CREATING] if holder is not None else [PoolState.IDLE]
-    values: dict[Any, Any] = {NodePoolRow.state: PoolState.DELETING.value, NodePoolRow.holder_task_id: None}
+    values: dict[Any, Any] = {
+        NodePoolRow.state: PoolState.DELETING.value,
+        NodePoolRow.holder_task_id: None,
+        NodePoolRow.deleting_at: now,
+    }
     return _move_pool(session, cluster_id, name, now, values, expect, holder)
 
 
 def pool_deleted(session: Session, cluster_id: str, name: str, now: datetime) -> None:
-    values: dict[Any, Any] = {NodePoolRow.state: PoolState.DELETED.value, NodePoolRow.last_error: None}
+    values: dict[Any, Any] = {
+        NodePoolRow.state: PoolState.DELETED.value,
+        NodePoolRow.last_error: None,
+        NodePoolRow.deleted_at: sa.func.coalesce(NodePoolRow.deleted_at, now),  # seen gone again: no move
+    }
     _move_pool(session, cluster_id, name, now, values)
 
 
@@ -955,8 +963,9 @@ def hand_over(
 
 
 def queue_observations(session: Session, queue: QueueKey, gaps: int, creations: int) -> QueueObservations:
-    """The newest ``gaps`` gaps between the queue's arrivals (intake times) and its newest
-    ``creations`` pool creations (write-ahead record to ready), per mode, oldest first."""
+    """The newest ``gaps`` gaps between the queue's arrivals (intake times), its newest
+    ``creations`` pool creations (write-ahead record to ready), per mode, and as many deletions
+    of pools that were ready (marked for deletion to gone), oldest first."""
     arrivals = session.scalars(
         sa.select(TaskProgressRow.queued_at)
         .where(
@@ -982,9 +991,24 @@ def queue_observations(session: Session, queue: QueueKey, gaps: int, creations: 
     for mode, created_at, ready_at in reversed(created):
         if ready_at is not None:
             by_mode.setdefault(ProvisioningMode(mode), []).append((ready_at - created_at).total_seconds())
+    deleted = session.execute(
+        sa.select(NodePoolRow.deleting_at, NodePoolRow.deleted_at)
+        .where(
+            NodePoolRow.cluster_id == queue.cluster_id,
+            NodePoolRow.topology == queue.topology,
+            NodePoolRow.ready_at.is_not(None),
+            NodePoolRow.deleting_at.is_not(None),
+            NodePoolRow.deleted_at.is_not(None),
+        )
+        .order_by(NodePoolRow.deleted_at.desc())
+        .limit(creations)
+    ).all()
     return QueueObservations(
         arrival_gaps=tuple((b - a).total_seconds() for a, b in itertools.pairwise(times)),
         creation_seconds={mode: tuple(seconds) for mode, seconds in by_mode.items()},
+        deletion_seconds=tuple(
+            (gone - marked).total_seconds() for marked, gone in reversed(deleted) if marked and gone
+        ),
     )
 
 
@@ -1063,7 +1087,11 @@ def warm_pool_ready(session: Session, cluster_id: str, name: str, now: datetime)
 
 def warm_pool_failed(session: Session, cluster_id: str, name: str, error: str, now: datetime) -> bool:
     """A warm pool that could not be created is to go; its rule remembers why, and when."""
-    values: dict[Any, Any] = {NodePoolRow.state: PoolState.DELETING.value, NodePoolRow.last_error: error}
+    values: dict[Any, Any] = {
+        NodePoolRow.state: PoolState.DELETING.value,
+        NodePoolRow.last_error: error,
+        NodePoolRow.deleting_at: now,
+    }
     if not _move_pool(session, cluster_id, name, now, values, [PoolState.CREATING], unheld=True):
         return False
     rule = warm_origin(session, cluster_id, name)
