@@ -7,7 +7,7 @@ threads of this process (as the end-to-end tests do), against a fresh emulator a
 file, under one ephemeral Prefect API:
 
 * falcon      - Falcon as configured: its CostPolicy keeps an idle pool while the expected wait for
-                the queue's next task costs less than a creation (src/falcon/domain/pool_economics.py).
+                the queue's next task costs less than replacing it (src/falcon/domain/pool_economics.py).
 * delete-each - create-and-delete per task: DeleteEachPolicy.
 * keep-all    - keep every pool forever: KeepAllPolicy.
 
@@ -179,7 +179,7 @@ ARM_NAMES = ("falcon", "delete-each", "keep-all")
 
 def arms(compression: float) -> list[Arm]:
     prior = REAL_CREATION_PRIOR / compression
-    falcon = "Falcon (CostPolicy: keep while the expected wait costs less than a creation)"
+    falcon = "Falcon (CostPolicy: keep while the expected wait costs less than a creation and a deletion)"
     return [
         Arm("falcon", falcon, None, prior, False),
         Arm(
