@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,7 +45,7 @@ _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | N
 
 @flow(name="dispatcher")
 def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = None) -> int:
-    with runs_in_process(services()) as svc, switch_interval(svc.settings.switch_interval_seconds):
+    with runs_in_process(services()) as svc:
         settings = svc.settings
         work, log = Dispatcher(svc, publish=ViewArtifact()), get_run_logger()
         ticking = DispatcherLoop(
@@ -111,22 +110,6 @@ def runs_in_process(svc: Services) -> Iterator[Services]:
         left = launcher.stop(settings.run_stop_seconds)
         if left:
             get_run_logger().warning("event=runs_left_running runs=%s", ",".join(left))
-
-
-@contextmanager
-def switch_interval(seconds: float) -> Iterator[None]:
-    """Within the block, a thread that wants the interpreter lock asks the one holding it to let
-    go after ``seconds`` (Python's default is 5 ms), and the process's setting is restored after.
-    The tick is many short database calls, each of which gives the lock up and waits for it
-    again; with a reconcile round or flow runs busy in other threads, each wait lasted up to the
-    interval, for a tick that does 20-50 ms of work in hundreds of milliseconds. A shorter
-    interval costs the busy threads some throughput (more hand-overs)."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(seconds)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
 
 
 @contextmanager

@@ -77,16 +77,6 @@ class Settings(BaseSettings):
     run_stop_seconds: float = Field(
         default=5.0, ge=0, description="at a dispatcher run's end, how long its flow runs get to stop"
     )
-    switch_interval_seconds: float = Field(
-        default=0.001,
-        gt=0,
-        le=0.1,
-        description=(
-            "the dispatcher process's interpreter switch interval (sys.setswitchinterval, Python's"
-            " default 0.005): how long a busy thread (a reconcile round, a flow run) keeps the tick"
-            " waiting after each of its database calls"
-        ),
-    )
 
     # -- health and readiness of the dispatcher's process (Kubernetes probes)
     health_port: int = Field(

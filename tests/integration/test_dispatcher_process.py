@@ -23,7 +23,7 @@ from uuid import UUID
 
 import pytest
 import sqlalchemy as sa
-from flows.dispatcher import health_probes, switch_interval
+from flows.dispatcher import health_probes
 
 from falcon.adapters.clock import SystemClock
 from falcon.adapters.db import repository as repo
@@ -157,16 +157,6 @@ def _remove_database(url: str) -> None:
     with engine.begin() as connection:
         connection.execute(sa.text(f"DROP DATABASE {engine.url.database}"))
     engine.dispose()
-
-
-def test_the_dispatcher_hands_the_interpreter_lock_over_sooner_and_restores_the_process_setting() -> None:
-    before = sys.getswitchinterval()
-    with switch_interval(0.001):
-        assert sys.getswitchinterval() == pytest.approx(0.001)
-    assert sys.getswitchinterval() == before
-    with pytest.raises(RuntimeError), switch_interval(0.002):
-        raise RuntimeError("a tick loop that fails")
-    assert sys.getswitchinterval() == before
 
 
 def test_a_run_started_off_schedule_ends_before_the_next_scheduled_run_of_its_deployment(
