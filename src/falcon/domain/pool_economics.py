@@ -143,9 +143,10 @@ class CostPolicy:
         """``C``: a creation of the mode plus a deletion, each the median of the newest observed."""
         created = _milliseconds(observed.creation_seconds.get(mode, ()))[-self.max_creations :]
         deleted = _milliseconds(observed.deletion_seconds)[-self.max_creations :]
-        creation = median_low(created) if len(created) >= self.min_creations else None
+        prior = max(1, round(self.prior_creation_seconds * 1000))
+        creation = median_low(created) if len(created) >= self.min_creations else prior
         deletion = median_low(deleted) if len(deleted) >= self.min_creations else 0
-        return (creation or max(1, round(self.prior_creation_seconds * 1000))) + deletion
+        return creation + deletion
 
 
 @dataclass(frozen=True)
