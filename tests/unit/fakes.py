@@ -35,7 +35,7 @@ from falcon.domain.lifecycle import (
 from falcon.domain.messages import Locale
 from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey, RunningTask, Task
 from falcon.domain.node_pools import NodePoolPlan, PoolStatus, ReservationRef
-from falcon.domain.pool_economics import CostPolicy, QueueObservations
+from falcon.domain.pool_economics import CostPolicy, QueueObservations, fleet_arrival_gaps
 from falcon.domain.scheduling import ReservationCapacity, WaitingTask, pick_next
 from falcon.domain.status import Reason, Status, check_transition
 from falcon.domain.warm_pools import WarmRule
@@ -590,8 +590,14 @@ class MemoryTaskStore:
         with self._tx():
             return self.beats.get(owner)
 
-    def queue_observations(self, queue: QueueKey, gaps: int, creations: int) -> QueueObservations:
+    def queue_observations(
+        self, queue: QueueKey, gaps: int, creations: int, fleet_arrivals: int
+    ) -> QueueObservations:
         with self._tx():
+            fleet = sorted(
+                ((self.progress[task_id].queue, at) for task_id, at in self.queued_at.items()),
+                key=lambda arrival: arrival[1],
+            )[-fleet_arrivals:]
             arrivals = sorted(
                 at for task_id, at in self.queued_at.items() if self.progress[task_id].queue == queue
             )[-(gaps + 1) :]
@@ -615,9 +621,10 @@ class MemoryTaskStore:
                 and key[0] == queue.cluster_id
             )[-creations:]
             return QueueObservations(
-                tuple((b - a).total_seconds() for a, b in itertools.pairwise(arrivals)),
-                by_mode,
-                tuple((gone - marked).total_seconds() for gone, marked in deleted),
+                arrival_gaps=tuple((b - a).total_seconds() for a, b in itertools.pairwise(arrivals)),
+                fleet_gaps=fleet_arrival_gaps(fleet),
+                creation_seconds=by_mode,
+                deletion_seconds=tuple((gone - marked).total_seconds() for gone, marked in deleted),
             )
 
     def pool_ready(self, cluster_id: str, name: str, now: datetime) -> None:

@@ -2,19 +2,23 @@
 
 We test, as named cases: short gaps (kept for the longest of them), long gaps (deleted at once),
 bursty gaps (an hour's lulls: deleted, since releases land in the lulls; minutes' lulls: kept
-across them), a steady period against two creations, few gaps (the ski-rental horizon, one
-creation), creation times per mode (flex-start dearer than the reservation), the prior until
-enough creations were seen, deletions priced with the creation once enough were seen, junk
-durations ignored, the floor and one spare at release, and the baselines.
+across them), a steady period against two creations, a new queue (the fleet's gaps; too few of
+those too: the ski-rental horizon, one creation), the fleet's gaps per queue, creation times per
+mode (flex-start dearer than the reservation), the prior until enough creations were seen,
+deletions priced with the creation once enough were seen, junk durations ignored, the floor and
+one spare at release, and the baselines.
 As properties: the horizon's expected cost over the observed gaps, computed here gap by gap, is
 the least of any horizon (so no more than h = 0 or h = C); it is never negative and grows with
 the creation cost; an observed deletion counts as that much more creation; junk never changes
-it; the floor always keeps; the baselines do as named; and the reaper (each pool by its own
-horizon and hold, composed with tidal warm targets) deletes exactly the pools neither keeps.
+it; a new queue is kept as the fleet up to one replacement, one with gaps enough as itself; the
+fleet's gaps are every queue's gaps together; the floor always keeps; the baselines do as named;
+and the reaper (each pool by its own horizon and hold, composed with tidal warm targets) deletes
+exactly the pools neither keeps.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
@@ -33,6 +37,7 @@ from falcon.domain.pool_economics import (
     KeepAllPolicy,
     KeepPolicy,
     QueueObservations,
+    fleet_arrival_gaps,
 )
 from falcon.domain.scheduling import IdlePool, expired_idle_pools, keep_pool_after_task
 
@@ -48,8 +53,9 @@ def seen(
     res: tuple[float, ...] = (),
     flex: tuple[float, ...] = (),
     deleted: tuple[float, ...] = (),
+    fleet: tuple[float, ...] = (),
 ) -> QueueObservations:
-    return QueueObservations(gaps, {RES: res, FLEX: flex}, deleted)
+    return QueueObservations(gaps, {RES: res, FLEX: flex}, deleted, fleet)
 
 
 def seconds(duration: timedelta) -> float:
@@ -104,10 +110,93 @@ SHORT_LULLS = (15, 40, 90, 400, 20, 60, 30, 500, 25, 35, 80)  # the same, 7-8 mi
         pytest.param(
             seen((850,) * 6, deleted=(100, 100, 100)), RES, 0, id="steady, beyond two replacements: deleted"
         ),
+        pytest.param(
+            seen((30, 40), fleet=(900, 1200, 3600, 1000, 2000)),
+            RES,
+            0,
+            id="a new queue, the fleet's gaps beyond two creations: deleted",
+        ),
+        pytest.param(
+            seen((), fleet=(30, 45, 60, 50, 40)), RES, 60, id="a new queue, the fleet's short gaps: kept"
+        ),
+        pytest.param(
+            seen((30, 45, 60, 50, 40), fleet=(900, 1200, 3600, 1000, 2000)),
+            RES,
+            60,
+            id="gaps enough of its own: the fleet's do not count",
+        ),
+        pytest.param(
+            seen((30,), fleet=(500,) * 6),
+            RES,
+            PRIOR,
+            id="the fleet keeps longer than one creation: ski rental",
+        ),
+        pytest.param(seen((30,), fleet=(900, 1200)), RES, PRIOR, id="too few of the fleet's too: ski rental"),
+        pytest.param(
+            seen((30,), fleet=(0, 0, 0, 0, 900)),
+            RES,
+            PRIOR,
+            id="the fleet's zero gaps are no gaps: ski rental",
+        ),
     ],
 )
 def test_horizon(observed: QueueObservations, mode: ProvisioningMode, horizon: float) -> None:
     assert seconds(POLICY.horizon(observed, mode)) == horizon
+
+
+A, B, C = QueueKey("c1", "2x2"), QueueKey("c1", "4x4"), QueueKey("c2", "2x2")
+
+
+def at(seconds: float) -> datetime:
+    return NOW + timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize(
+    ("arrivals", "gaps"),
+    [
+        pytest.param(
+            [(A, at(0)), (B, at(5)), (A, at(10)), (B, at(30)), (A, at(35))], (10, 25, 25), id="two queues"
+        ),
+        pytest.param(
+            [(A, at(35)), (B, at(30)), (A, at(0)), (B, at(5)), (A, at(10))], (10, 25, 25), id="any order"
+        ),
+        pytest.param([(A, at(0)), (B, at(1)), (C, at(2))], (), id="one arrival per queue: no gap"),
+        pytest.param(
+            [(A, at(0)), (A, at(0)), (A, at(7))], (0, 7), id="a batch: a zero gap (the policy drops it)"
+        ),
+        pytest.param([], (), id="no arrivals"),
+    ],
+)
+def test_fleet_gaps_are_each_queues_own_gaps(arrivals: list[tuple[QueueKey, datetime]], gaps: tuple) -> None:
+    assert fleet_arrival_gaps(arrivals) == gaps
+
+
+@PROPERTY
+@given(st.lists(st.tuples(st.sampled_from([A, B, C]), st.integers(0, 10**6)), max_size=40))
+def test_fleet_gaps_are_the_queues_gaps_together(arrivals: list[tuple[QueueKey, int]]) -> None:
+    fleet = fleet_arrival_gaps((queue, at(ms / 1000)) for queue, ms in arrivals)
+    each: list[float] = []
+    for queue in {q for q, _ in arrivals}:
+        times = sorted(ms for q, ms in arrivals if q == queue)
+        each += [(b - a) / 1000 for a, b in itertools.pairwise(times)]
+    assert Counter(fleet) == Counter(each)
+    assert len(fleet) == len(arrivals) - len({q for q, _ in arrivals})
+
+
+FEW_GAPS_MS = st.lists(st.integers(1, 3_000_000), max_size=9)  # either side of min_gaps
+
+
+@PROPERTY
+@given(FEW_GAPS_MS, FEW_GAPS_MS, st.sampled_from(list(ProvisioningMode)))
+def test_a_new_queue_is_kept_as_the_fleet_and_an_old_one_as_itself(
+    own: list[int], fleet: list[int], mode: ProvisioningMode
+) -> None:
+    own_s, fleet_s = tuple(g / 1000 for g in own), tuple(g / 1000 for g in fleet)
+    horizon = POLICY.horizon(seen(own_s, fleet=fleet_s), mode)
+    if len(own) >= POLICY.min_gaps:
+        assert horizon == POLICY.horizon(seen(own_s), mode)
+    else:  # as the fleet, at most ski rental's one replacement (the horizon of no gaps at all)
+        assert horizon == min(POLICY.horizon(seen(fleet_s), mode), POLICY.horizon(seen(), mode))
 
 
 def test_flex_start_creations_cost_more_so_its_pools_are_kept_longer() -> None:

@@ -9,8 +9,9 @@ user costs less than replacing it (a creation of its mode, and one deletion more
 The design's rule stays the floor: a finished task's pool is kept whenever a task of its queue
 waits beyond the pools idle for it already. The cost rule adds a *horizon*: how long an idle
 pool (one spare beyond the waiters) is worth keeping while nobody waits, learnt per queue from
-what Falcon observed (the gaps between the queue's arrivals, and how long its pools took to
-create, per provisioning mode, and to delete). It replaces the fixed kept-pool grace.
+what Falcon observed (the gaps between the queue's arrivals, or the fleet's while the queue is
+too new to have its own, and how long its pools took to create, per provisioning mode, and to
+delete). It replaces the fixed kept-pool grace.
 
 Everything is a pure function of plain data: every duration is passed in, nothing reads a clock.
 Durations are counted in whole milliseconds inside, so that costs compare exactly and the
@@ -21,11 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from statistics import median_low
 from typing import Protocol
 
-from falcon.domain.model import ProvisioningMode
+from falcon.domain.model import ProvisioningMode, QueueKey
 from falcon.domain.scheduling import keep_pool_after_task
 
 # The horizon of a policy that keeps every pool: an idle pool it keeps never expires.
@@ -52,6 +53,9 @@ class QueueObservations:
     # The queue's recent deletions of ready pools, seconds from marked for deletion to gone: the
     # nodes count until then, the wait for the cluster's one node-pool operation included.
     deletion_seconds: tuple[float, ...] = ()
+    # The same gaps of every queue (each between two arrivals of one queue), over the fleet's
+    # recent arrivals: what a queue too new to have gaps of its own is taken to look like.
+    fleet_gaps: tuple[float, ...] = ()
 
 
 class KeepPolicy(Protocol):
@@ -94,8 +98,12 @@ class CostPolicy:
     A zero gap (a batch arriving together) is left out: no release lands in it, and it would only
     count toward ``min_gaps``.
 
-    With fewer than ``min_gaps`` gaps the horizon is ``C``, the ski-rental rule: whatever the next
-    gap, an idle spell then costs at most twice what the best choice in hindsight would have.
+    A queue with fewer than ``min_gaps`` gaps of its own is kept for ``C`` at most, the ski-rental
+    rule: whatever the next gap, an idle spell then costs at most twice what the best choice in
+    hindsight would have. Less when the fleet says so: it is taken to be like the other queues,
+    its horizon learnt from the gaps of every queue (``fleet_gaps``, once there are
+    ``min_gaps``) and cut at ``C``, so that a fleet of busy queues never keeps a new, seldom
+    used queue's spare longer than ski rental would.
 
     ``C`` is what replacing the pool costs beyond keeping it: a creation of its mode plus a
     deletion. A pool deleted now and its successor created later are two deletions where a pool
@@ -122,10 +130,13 @@ class CostPolicy:
 
     def horizon(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
         replacement = self._replacement_ms(observed, mode)
-        gaps = _milliseconds(observed.arrival_gaps)[-self.max_gaps :]
-        if len(gaps) < self.min_gaps:
-            return _duration(replacement)
-        return _duration(_cheapest_horizon(gaps, replacement))
+        own = _milliseconds(observed.arrival_gaps)[-self.max_gaps :]
+        if len(own) >= self.min_gaps:
+            return _duration(_cheapest_horizon(own, replacement))
+        fleet = _milliseconds(observed.fleet_gaps)[-self.max_gaps :]
+        if len(fleet) >= self.min_gaps:
+            return _duration(min(_cheapest_horizon(fleet, replacement), replacement))
+        return _duration(replacement)
 
     def hold_for_waiters(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
         replacement = self._replacement_ms(observed, mode)
@@ -175,6 +186,18 @@ class KeepAllPolicy:
 
     def keep_at_release(self, waiting: int, idle: int, horizon: timedelta) -> bool:
         return True
+
+
+def fleet_arrival_gaps(arrivals: Iterable[tuple[QueueKey, datetime]]) -> tuple[float, ...]:
+    """The seconds between consecutive arrivals of each queue, ordered by the later arrival; the
+    arrivals are a span of time (every arrival of every queue within it), in any order."""
+    last: dict[QueueKey, datetime] = {}
+    gaps = []
+    for queue, at in sorted(arrivals, key=lambda arrival: arrival[1]):
+        if queue in last:
+            gaps.append((at - last[queue]).total_seconds())
+        last[queue] = at
+    return tuple(gaps)
 
 
 def _cheapest_horizon(gaps_ms: Iterable[int], creation_ms: int) -> int:

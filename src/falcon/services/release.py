@@ -29,9 +29,11 @@ from falcon.domain.warm_pools import WarmTarget, schedulable, warm_keeps, warm_t
 from falcon.services.context import Services, stage_of, tell_moved
 
 MAX_DELETE_RETRY_WAIT = 10.0  # seconds: the longest wait between deletion attempts GKE refused
-# The keeping policy weighs the newest of these (CostPolicy looks at up to 64 gaps, 16 creations).
+# The keeping policy weighs the newest of these (CostPolicy looks at up to 64 gaps, 16 creations);
+# the fleet's gaps, for a queue too new to have its own, come from its newest arrivals.
 OBSERVED_GAPS = 64
 OBSERVED_CREATIONS = 32
+OBSERVED_FLEET_ARRIVALS = 256
 
 
 def record_outcome(
@@ -170,7 +172,9 @@ def offer_freed_pool(
 
 def observed(services: Services, queue: QueueKey) -> QueueObservations:
     """What the queue's recent arrivals and pool creations say, for the keeping policy."""
-    return services.store.queue_observations(queue, OBSERVED_GAPS, OBSERVED_CREATIONS)
+    return services.store.queue_observations(
+        queue, OBSERVED_GAPS, OBSERVED_CREATIONS, OBSERVED_FLEET_ARRIVALS
+    )
 
 
 def keep_horizon(services: Services, queue: QueueKey, mode: ProvisioningMode) -> timedelta:

@@ -249,6 +249,7 @@ class TaskProgressRow(Base):
         sa.Index(
             "ix_falcon_task_progress__cluster_id__topology__queued_at", "cluster_id", "topology", "queued_at"
         ),
+        sa.Index("ix_falcon_task_progress__queued_at", "queued_at"),  # the fleet's newest arrivals
         sa.Index(
             "ix_falcon_task_progress__cluster_id__topology__running_at",
             "cluster_id",

@@ -41,7 +41,7 @@ from falcon.domain.lifecycle import (
     check_phase_move,
 )
 from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey, RunningTask, Task
-from falcon.domain.pool_economics import QueueObservations
+from falcon.domain.pool_economics import QueueObservations, fleet_arrival_gaps
 from falcon.domain.scheduling import WaitingTask, pick_next, pick_order
 from falcon.domain.status import Reason, Status, check_transition
 from falcon.domain.warm_pools import WarmRule
@@ -962,10 +962,13 @@ def hand_over(
     return taken
 
 
-def queue_observations(session: Session, queue: QueueKey, gaps: int, creations: int) -> QueueObservations:
+def queue_observations(
+    session: Session, queue: QueueKey, gaps: int, creations: int, fleet_arrivals: int
+) -> QueueObservations:
     """The newest ``gaps`` gaps between the queue's arrivals (intake times), its newest
-    ``creations`` pool creations (write-ahead record to ready), per mode, and as many deletions
-    of pools that were ready (marked for deletion to gone), oldest first."""
+    ``creations`` pool creations (write-ahead record to ready), per mode, as many deletions of
+    pools that were ready (marked for deletion to gone), and the gaps of every queue among the
+    fleet's newest ``fleet_arrivals`` arrivals, oldest first."""
     arrivals = session.scalars(
         sa.select(TaskProgressRow.queued_at)
         .where(
@@ -1005,11 +1008,25 @@ def queue_observations(session: Session, queue: QueueKey, gaps: int, creations: 
     ).all()
     return QueueObservations(
         arrival_gaps=tuple((b - a).total_seconds() for a, b in itertools.pairwise(times)),
+        fleet_gaps=_fleet_gaps(session, fleet_arrivals),
         creation_seconds={mode: tuple(seconds) for mode, seconds in by_mode.items()},
         deletion_seconds=tuple(
             (gone - marked).total_seconds() for marked, gone in reversed(deleted) if marked and gone
         ),
     )
+
+
+def _fleet_gaps(session: Session, arrivals: int) -> tuple[float, ...]:
+    """The gaps between consecutive arrivals of each queue among the fleet's newest ``arrivals``,
+    ordered by the later arrival. The newest arrivals are a span of time, so two arrivals of a
+    queue next to each other among them are next to each other in the queue too."""
+    newest = session.execute(
+        sa.select(TaskProgressRow.cluster_id, TaskProgressRow.topology, TaskProgressRow.queued_at)
+        .where(TaskProgressRow.queued_at.is_not(None))
+        .order_by(TaskProgressRow.queued_at.desc())
+        .limit(arrivals)
+    ).all()
+    return fleet_arrival_gaps((QueueKey(c, t), at) for c, t, at in newest if c and t and at)
 
 
 def beat(session: Session, owner: str, now: datetime) -> None:
