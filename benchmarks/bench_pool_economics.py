@@ -106,6 +106,9 @@ POD_START_SECONDS = 0.3
 FLEX_DELAY_SECONDS = 2.0
 FALCON_POLL_SECONDS = 0.2  # production 2 s; cannot shrink by the full factor without burning CPU
 FALCON_RECONCILE_SECONDS = 0.3  # production 1 s
+# production 5 s; scaled like the poll: at 5 s a create GKE refused while another 2 s operation held
+# the cluster would wait 12.5 real minutes for a lock that frees within 5
+FALCON_GKE_BUSY_RETRY_SECONDS = 0.5
 REAL_CREATION_PRIOR = 300.0  # Falcon's assumed creation until it observed some (production default)
 
 RESERVATIONS = {"a": 8, "b": 4}  # nodes of ct6e-standard-4t reserved per cluster's project
@@ -395,6 +398,7 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
             FALCON_EMULATOR_URL=emulator.url,
             FALCON_POLL_SECONDS=str(FALCON_POLL_SECONDS),
             FALCON_RECONCILE_SECONDS=str(FALCON_RECONCILE_SECONDS),
+            FALCON_GKE_BUSY_RETRY_SECONDS=str(FALCON_GKE_BUSY_RETRY_SECONDS),
             FALCON_POOL_CREATION_PRIOR_SECONDS=str(arm.creation_prior_seconds),
             FALCON_MESSAGE_LOCALE="en",
         )
@@ -933,6 +937,7 @@ def setup(compression: float, sample: float) -> dict[str, object]:
         "pod_start_s": POD_START_SECONDS,
         "falcon_poll_s": FALCON_POLL_SECONDS,
         "falcon_reconcile_s": FALCON_RECONCILE_SECONDS,
+        "falcon_gke_busy_retry_s": FALCON_GKE_BUSY_RETRY_SECONDS,
         "falcon_creation_prior_s": REAL_CREATION_PRIOR / compression,
         "reservation_nodes": RESERVATIONS,
         "sample_s": sample,
@@ -947,9 +952,10 @@ def print_setup(c: float, sample: float) -> None:
         f"one node-pool operation per cluster at a time."
     )
     print(
-        f"  Falcon (not compressed): poll {FALCON_POLL_SECONDS} s, reconcile {FALCON_RECONCILE_SECONDS} s "
-        f"(production 2 s and 1 s, i.e. these are {FALCON_POLL_SECONDS * c:.0f} s / "
-        f"{FALCON_RECONCILE_SECONDS * c:.0f} s in real terms); its creation prior "
+        f"  Falcon (not compressed): poll {FALCON_POLL_SECONDS} s, reconcile {FALCON_RECONCILE_SECONDS} s, "
+        f"create again after GKE said busy {FALCON_GKE_BUSY_RETRY_SECONDS} s (production 2 s, 1 s and 5 s, "
+        f"i.e. these are {FALCON_POLL_SECONDS * c:.0f} s / {FALCON_RECONCILE_SECONDS * c:.0f} s / "
+        f"{FALCON_GKE_BUSY_RETRY_SECONDS * c:.0f} s in real terms); its creation prior "
         f"{REAL_CREATION_PRIOR / c:g} s (production {REAL_CREATION_PRIOR:g} s)."
     )
     print(

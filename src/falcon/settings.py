@@ -117,6 +117,12 @@ class Settings(BaseSettings):
         " Prefect table artifact and as /metrics gauges; 0 = never",
     )
     poll_seconds: float = Field(default=2.0, gt=0, description="poll interval for GKE operations and pods")
+    gke_busy_retry_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="wait before asking GKE again to create a node pool it refused because another"
+        " operation holds the cluster (an acquiring task still polls for a hand-over meanwhile)",
+    )
     api_timeout_seconds: float = Field(default=30.0, gt=0)
 
     # -- Jobs

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from falcon.domain.errors import ConflictError, NotFoundError, PermanentError, TemporaryError
+from falcon.domain.errors import BusyError, ConflictError, NotFoundError, PermanentError, TemporaryError
 from falcon.domain.events import ResourceView, Stage, TaskMove
 from falcon.domain.job_manifest import TASK_ID_ANNOTATION
 from falcon.domain.lifecycle import (
@@ -772,7 +772,7 @@ class FakeNodePools:
     def refuse_create(self, times: int, delay: float | None = None) -> None:
         """GKE busy with another operation on the cluster (FAILED_PRECONDITION, retried)."""
         for _ in range(times):
-            self.create_failures.append(TemporaryError("cluster is running another operation", delay=delay))
+            self.create_failures.append(BusyError("cluster is running another operation", delay=delay))
 
     def fail_create(self, message: str) -> None:
         self.create_failures.append(PermanentError(message))

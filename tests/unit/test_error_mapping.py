@@ -19,6 +19,7 @@ from kubernetes.client.rest import RESTResponse
 
 from falcon.adapters.errors import google_errors, kubernetes_errors
 from falcon.domain.errors import (
+    BusyError,
     ConflictError,
     FalconError,
     NotFoundError,
@@ -68,7 +69,7 @@ def mapped(mapper: Callable[[str], Any], raised: BaseException) -> FalconError:
 
 GOOGLE_CASES = [
     pytest.param(
-        google_error(400, BUSY, "FAILED_PRECONDITION"), TemporaryError, id="GKE busy: 400 FAILED_PRECONDITION"
+        google_error(400, BUSY, "FAILED_PRECONDITION"), BusyError, id="GKE busy: 400 FAILED_PRECONDITION"
     ),
     pytest.param(
         google_error(
@@ -157,11 +158,12 @@ def test_google_errors_are_classified(raised: BaseException, expected: type[Falc
     assert type(mapped(google_errors, raised)) is expected
 
 
-def test_gke_busy_is_retried_after_a_delay_and_other_temporary_errors_leave_it_to_the_backoff() -> None:
+def test_gke_busy_is_told_apart_from_other_temporary_errors_and_neither_brings_a_delay() -> None:
     busy = mapped(google_errors, google_error(400, BUSY, "FAILED_PRECONDITION"))
     unavailable = mapped(google_errors, google_error(503, "unavailable", "UNAVAILABLE"))
-    assert isinstance(busy, TemporaryError) and isinstance(unavailable, TemporaryError)
-    assert (busy.delay, unavailable.delay) == (5, None)
+    assert isinstance(busy, BusyError) and isinstance(busy, TemporaryError)  # Prefect's retries too
+    assert type(unavailable) is TemporaryError
+    assert (busy.delay, unavailable.delay) == (None, None)  # the wait is the service's to choose
 
 
 def test_a_google_error_carries_googles_text_without_the_method_and_url() -> None:

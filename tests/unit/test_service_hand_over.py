@@ -75,6 +75,18 @@ def test_a_task_waiting_for_gkes_lock_takes_a_pool_that_goes_idle_and_closes_its
     assert len(clock.sleeps) == 3, "taken at the first poll after it went idle"
 
 
+def test_a_pool_that_goes_idle_is_taken_at_the_next_poll_while_gkes_refusal_is_waited_out() -> None:
+    svc, clock = _services()
+    view = acquiring(svc, "t1")
+    choice = provision(svc, view)
+    svc.node_pools.refuse_create(50, delay=5.0)  # type: ignore[attr-defined]  # busy: ask again in 5 s
+    _goes_idle_at_wait(svc, clock, 2)
+    assert wait_pool_ready(svc, view, choice, clock.now()) == KEPT
+    assert len(clock.sleeps) == 2, "taken at the poll after it went idle, not after GKE's 5 s"
+    assert svc.node_pools.count("create") == 1  # type: ignore[attr-defined]  # not asked again before its delay
+    assert svc.store.pool("c1", OWN).state is PoolState.DELETED
+
+
 def test_a_task_whose_pool_gke_is_creating_lets_it_go_to_be_idle_for_the_queue() -> None:
     svc, clock = _services()
     view = acquiring(svc, "t1")

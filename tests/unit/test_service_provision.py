@@ -281,9 +281,13 @@ def test_gke_busy_refusals_are_waited_out() -> None:
     svc.node_pools.refuse_create(3, delay=4.0)
     svc.node_pools.refuse_create(1, delay=None)
     svc.node_pools.refuse_create(1, delay=60.0)
-    wait_pool_ready(svc, view, choice, svc.clock.now())
+    started = svc.clock.now()
+    wait_pool_ready(svc, view, choice, started)
     assert svc.node_pools.count("create") == 6
-    assert svc.clock.sleeps == [4.0, 4.0, 4.0, 1.0, 10.0]  # GKE's delay, the poll, at most 10 s
+    # Asked again after GKE's delay (at most 10 s), else FALCON_GKE_BUSY_RETRY_SECONDS (5 s):
+    # 4 + 4 + 4 + 5 + 10 s, polling meanwhile.
+    assert svc.clock.now() == started + timedelta(seconds=27)
+    assert svc.clock.sleeps == [1.0] * 27  # each poll may take a pool that went idle (hand-over)
     assert svc.store.pool("c1", POOL).state is PoolState.IN_USE
 
 

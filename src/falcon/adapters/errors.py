@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from falcon.adapters.metrics import API_CALLS, API_ERRORS, API_SECONDS
 from falcon.domain.errors import (
+    BusyError,
     ConflictError,
     FalconError,
     NotFoundError,
@@ -92,7 +93,8 @@ def _google_error(what: str, exc: BaseException) -> tuple[FalconError, str] | No
         if isinstance(exc, gexc.Conflict):
             return ConflictError(f"{what}: {detail}"), code
         if _is_temporary(exc, detail):
-            return TemporaryError(f"{what}: {detail}", delay=5 if exc.code == 400 else None), code
+            busy = exc.code == 400  # the only 400 that is temporary: GKE busy with another operation
+            return (BusyError if busy else TemporaryError)(f"{what}: {detail}"), code
         return PermanentError(f"{what}: {detail}"), code
     if isinstance(exc, (gexc.RetryError, TimeoutError, requests.Timeout)):
         return TemporaryError(f"{what}: {exc}"), "timeout"

@@ -19,6 +19,11 @@ class TemporaryError(FalconError):
         self.delay = delay
 
 
+class BusyError(TemporaryError):
+    """GKE refused because another operation holds the cluster (one node-pool operation at a time):
+    asked again after ``FALCON_GKE_BUSY_RETRY_SECONDS``, not at once."""
+
+
 class PermanentError(FalconError):
     """Retrying will not help: bad input, missing permission, quota exhausted."""
 

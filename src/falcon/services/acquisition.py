@@ -17,7 +17,14 @@ import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from falcon.domain.errors import ConflictError, FalconError, NotFoundError, PermanentError, TemporaryError
+from falcon.domain.errors import (
+    BusyError,
+    ConflictError,
+    FalconError,
+    NotFoundError,
+    PermanentError,
+    TemporaryError,
+)
 from falcon.domain.events import Stage, TaskMove
 from falcon.domain.job_manifest import JobTarget, render_job, render_service
 from falcon.domain.lifecycle import (
@@ -216,20 +223,22 @@ def wait_pool_ready(services: Services, view: TaskView, choice: PoolChoice, star
     name of the pool the task runs on.
 
     That is another pool when one of the queue's pools goes idle first (a task ended, a warm
-    pool came up): the task takes it at once rather than wait for its own (hand-over). GKE's
-    one-operation-at-a-time refusals and transient errors are waited out here until the
-    deadline; a failed pool ends the task with GKE's text (the pool's, and its create
-    operation's, where GKE puts stockout and quota reasons)."""
+    pool came up): the task takes it at its next poll rather than wait for its own (hand-over),
+    also while it waits out GKE's refusal to create (one operation per cluster at a time), whose
+    create is asked again only after GKE's delay. Those refusals and transient errors are waited
+    out here until the deadline; a failed pool ends the task with GKE's text (the pool's, and
+    its create operation's, where GKE puts stockout and quota reasons)."""
     clock = services.clock
     deadline = started + timedelta(seconds=services.settings.node_pool_timeout_seconds)
-    plan, refusal, status = choice.plan, None, None
+    plan, refusal, status, create_at = choice.plan, None, None, clock.now()
     while True:
         services.ensure_active(view.task.id)
         if (taken := _hand_over(services, view, choice.name)) is not None:
             return taken
-        if plan is not None:
+        if plan is not None and clock.now() >= create_at:
             refusal = _try_create(services, view, plan)
             plan = plan if refusal else None
+            create_at = clock.now() + timedelta(seconds=_create_again_after(services, refusal))
         if plan is None:
             status = _pool_status(services, view, choice.name)
             if status is not None and status.ready:
@@ -239,8 +248,7 @@ def wait_pool_ready(services: Services, view: TaskView, choice: PoolChoice, star
             still = status.status if status else "unknown"
             detail = f"GKE kept refusing: {refusal}" if refusal else f"node pool {choice.name} still {still}"
             raise _timeout(services, detail)
-        busy_for = refusal.delay if refusal is not None else None  # GKE's Retry-After, if it said
-        clock.sleep(min(busy_for, MAX_REFUSAL_WAIT) if busy_for else services.settings.poll_seconds)
+        clock.sleep(services.settings.poll_seconds)
 
 
 def _hand_over(services: Services, view: TaskView, own: str) -> str | None:
@@ -281,6 +289,17 @@ def _try_create(services: Services, view: TaskView, plan: NodePoolPlan) -> Tempo
     except PermanentError as exc:
         raise _pool_failed(services, str(exc)) from exc
     return None
+
+
+def _create_again_after(services: Services, refusal: TemporaryError | None) -> float:
+    """Seconds before GKE is asked again for a pool it refused: its Retry-After if it said one (at
+    most MAX_REFUSAL_WAIT), the configured wait while another operation holds the cluster, else
+    the next poll."""
+    if refusal is None:
+        return 0.0
+    if refusal.delay:
+        return min(refusal.delay, MAX_REFUSAL_WAIT)
+    return services.settings.gke_busy_retry_seconds if isinstance(refusal, BusyError) else 0.0
 
 
 def _pool_status(services: Services, view: TaskView, name: str) -> PoolStatus | None:
