@@ -769,10 +769,10 @@ class FakeNodePools:
         self.scripts[name] = PoolScript(**behaviour)
         return self.scripts[name]
 
-    def refuse_create(self, times: int, delay: float | None = None) -> None:
+    def refuse_create(self, times: int) -> None:
         """GKE busy with another operation on the cluster (FAILED_PRECONDITION, retried)."""
         for _ in range(times):
-            self.create_failures.append(BusyError("cluster is running another operation", delay=delay))
+            self.create_failures.append(BusyError("cluster is running another operation"))
 
     def fail_create(self, message: str) -> None:
         self.create_failures.append(PermanentError(message))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from tests.unit.fakes import FakeClock, FakeNodePools, FakeSlots, MemoryTaskStore, cluster, make_services
 
-from falcon.domain.errors import ConflictError, NotFoundError, PermanentError, TemporaryError
+from falcon.domain.errors import BusyError, ConflictError, NotFoundError, PermanentError
 from falcon.domain.lifecycle import IllegalPhaseMoveError, NodePool, Outcome, Phase, PoolState
 from falcon.domain.messages import Locale
 from falcon.domain.model import ProvisioningMode, QueueKey
@@ -93,10 +93,9 @@ def test_gke_fake_scripted_life() -> None:
     gke, cl = FakeNodePools(), cluster("c1")
     plan = NodePoolPlan("p", resolve_shape("v6e", "2x2"), ProvisioningMode.FLEX_START, None, "us-east5-b")
     gke.script("p", polls_to_ready=1)
-    gke.refuse_create(1, delay=3.0)
-    with pytest.raises(TemporaryError) as refused:
+    gke.refuse_create(1)
+    with pytest.raises(BusyError):
         gke.create(cl, plan)
-    assert refused.value.delay == 3.0
     gke.create(cl, plan)
     with pytest.raises(ConflictError):
         gke.create(cl, plan)

@@ -79,11 +79,11 @@ def test_a_pool_that_goes_idle_is_taken_at_the_next_poll_while_gkes_refusal_is_w
     svc, clock = _services()
     view = acquiring(svc, "t1")
     choice = provision(svc, view)
-    svc.node_pools.refuse_create(50, delay=5.0)  # type: ignore[attr-defined]  # busy: ask again in 5 s
+    svc.node_pools.refuse_create(50)  # type: ignore[attr-defined]  # busy: asked again in 5 s
     _goes_idle_at_wait(svc, clock, 2)
     assert wait_pool_ready(svc, view, choice, clock.now()) == KEPT
     assert len(clock.sleeps) == 2, "taken at the poll after it went idle, not after GKE's 5 s"
-    assert svc.node_pools.count("create") == 1  # type: ignore[attr-defined]  # not asked again before its delay
+    assert svc.node_pools.count("create") == 1  # type: ignore[attr-defined]  # not asked again before the 5 s
     assert svc.store.pool("c1", OWN).state is PoolState.DELETED
 
 

@@ -14,10 +14,6 @@ class FalconError(Exception):
 class TemporaryError(FalconError):
     """Retrying later may succeed: 429, 5xx, FAILED_PRECONDITION while another operation runs."""
 
-    def __init__(self, message: str, delay: float | None = None) -> None:
-        super().__init__(message)
-        self.delay = delay
-
 
 class BusyError(TemporaryError):
     """GKE refused because another operation holds the cluster (one node-pool operation at a time):

@@ -53,7 +53,7 @@ class QueueObservations:
     # The queue's recent deletions of ready pools, seconds from marked for deletion to gone: the
     # nodes count until then, the wait for the cluster's one node-pool operation included.
     deletion_seconds: tuple[float, ...] = ()
-    # The same gaps of every queue (each between two arrivals of one queue), over the fleet's
+    # The arrival gaps of every queue (each between two arrivals of one queue), over the fleet's
     # recent arrivals: what a queue too new to have gaps of its own is taken to look like.
     fleet_gaps: tuple[float, ...] = ()
 

@@ -52,8 +52,6 @@ from falcon.services.ports import TaskStore
 
 logger = logging.getLogger(__name__)
 
-MAX_REFUSAL_WAIT = 10.0  # seconds between create calls while GKE is busy with another operation
-
 
 @dataclass(frozen=True)
 class PoolChoice:
@@ -225,7 +223,8 @@ def wait_pool_ready(services: Services, view: TaskView, choice: PoolChoice, star
     That is another pool when one of the queue's pools goes idle first (a task ended, a warm
     pool came up): the task takes it at its next poll rather than wait for its own (hand-over),
     also while it waits out GKE's refusal to create (one operation per cluster at a time), whose
-    create is asked again only after GKE's delay. Those refusals and transient errors are waited
+    create is asked again only after ``FALCON_GKE_BUSY_RETRY_SECONDS``. Those refusals and
+    transient errors are waited
     out here until the deadline; a failed pool ends the task with GKE's text (the pool's, and
     its create operation's, where GKE puts stockout and quota reasons)."""
     clock = services.clock
@@ -238,7 +237,8 @@ def wait_pool_ready(services: Services, view: TaskView, choice: PoolChoice, star
         if plan is not None and clock.now() >= create_at:
             refusal = _try_create(services, view, plan)
             plan = plan if refusal else None
-            create_at = clock.now() + timedelta(seconds=_create_again_after(services, refusal))
+            wait = services.settings.gke_busy_retry_seconds if isinstance(refusal, BusyError) else 0.0
+            create_at = clock.now() + timedelta(seconds=wait)
         if plan is None:
             status = _pool_status(services, view, choice.name)
             if status is not None and status.ready:
@@ -289,17 +289,6 @@ def _try_create(services: Services, view: TaskView, plan: NodePoolPlan) -> Tempo
     except PermanentError as exc:
         raise _pool_failed(services, str(exc)) from exc
     return None
-
-
-def _create_again_after(services: Services, refusal: TemporaryError | None) -> float:
-    """Seconds before GKE is asked again for a pool it refused: its Retry-After if it said one (at
-    most MAX_REFUSAL_WAIT), the configured wait while another operation holds the cluster, else
-    the next poll."""
-    if refusal is None:
-        return 0.0
-    if refusal.delay:
-        return min(refusal.delay, MAX_REFUSAL_WAIT)
-    return services.settings.gke_busy_retry_seconds if isinstance(refusal, BusyError) else 0.0
 
 
 def _pool_status(services: Services, view: TaskView, name: str) -> PoolStatus | None:
