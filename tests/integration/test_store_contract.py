@@ -424,14 +424,14 @@ def test_queue_observations_are_intake_gaps_and_creation_times_per_mode(
     store.write_ahead_pool(pool("warm", None), T1)
     assert store.warm_pool_ready("c1", "warm", T1 + timedelta(seconds=5))
     store.write_ahead_pool(pool("unready", "t2"), T1)
-    seen = store.queue_observations(Q, gaps=10, creations=10, fleet_arrivals=10)
+    seen = store.queue_observations(Q, gaps=10, creations=10)
     assert seen.arrival_gaps == (10.0, 30.0)
     assert dict(seen.creation_seconds) == {ProvisioningMode.RESERVATION: (7.0, 5.0)}
-    assert store.queue_observations(Q, gaps=1, creations=1, fleet_arrivals=10).arrival_gaps == (30.0,)
-    assert store.queue_observations(Q2, gaps=10, creations=10, fleet_arrivals=10).arrival_gaps == ()
+    assert store.queue_observations(Q, gaps=1, creations=1).arrival_gaps == (30.0,)
+    assert store.queue_observations(Q2, gaps=10, creations=10).arrival_gaps == ()
 
 
-def test_queue_observations_give_every_queues_gaps_among_the_fleets_newest_arrivals(
+def test_fleet_gaps_are_every_queues_gaps_among_the_fleets_newest_arrivals(
     store: TaskStore, upstream: Upstream
 ) -> None:
     arrivals = [("a0", Q, 0), ("b0", Q2, 5), ("a1", Q, 10), ("b1", Q2, 30), ("a2", Q, 35), ("b2", Q2, 36)]
@@ -439,10 +439,9 @@ def test_queue_observations_give_every_queues_gaps_among_the_fleets_newest_arriv
         upstream.insert(task_id, at=T0 + timedelta(seconds=second))
         assert store.queue_task(task_id, queue, T0 + timedelta(seconds=second))
     fleet = (10.0, 25.0, 25.0, 6.0)  # a1-a0, b1-b0, a2-a1, b2-b1: each queue's own, by the later arrival
-    assert store.queue_observations(Q, gaps=1, creations=1, fleet_arrivals=10).fleet_gaps == fleet
-    assert store.queue_observations(Q2, gaps=1, creations=1, fleet_arrivals=10).fleet_gaps == fleet
+    assert store.fleet_gaps(10) == fleet
     # The newest four: a1, b1, a2, b2; b0 and a0 are older, so b1 and a1 start no gap.
-    assert store.queue_observations(Q, gaps=10, creations=10, fleet_arrivals=4).fleet_gaps == (25.0, 6.0)
+    assert store.fleet_gaps(4) == (25.0, 6.0)
 
 
 def test_queue_observations_count_the_deletions_of_ready_pools_from_marked_to_gone(store: TaskStore) -> None:
@@ -463,13 +462,9 @@ def test_queue_observations_count_the_deletions_of_ready_pools_from_marked_to_go
     store.write_ahead_pool(pool("elsewhere", "t8", queue=Q2), T0)
     store.pool_ready("c1", "elsewhere", T0 + timedelta(seconds=5))
     deleted("elsewhere", T1, 50, holder="t8")
-    assert store.queue_observations(Q, gaps=10, creations=10, fleet_arrivals=10).deletion_seconds == (
-        12.0,
-        3.0,
-        4.0,
-    )
-    assert store.queue_observations(Q, gaps=10, creations=2, fleet_arrivals=10).deletion_seconds == (3.0, 4.0)
-    assert store.queue_observations(Q2, gaps=10, creations=10, fleet_arrivals=10).deletion_seconds == (50.0,)
+    assert store.queue_observations(Q, gaps=10, creations=10).deletion_seconds == (12.0, 3.0, 4.0)
+    assert store.queue_observations(Q, gaps=10, creations=2).deletion_seconds == (3.0, 4.0)
+    assert store.queue_observations(Q2, gaps=10, creations=10).deletion_seconds == (50.0,)
 
 
 def test_run_owners_beat_and_the_last_beat_is_kept(store: TaskStore) -> None:

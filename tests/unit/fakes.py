@@ -590,14 +590,16 @@ class MemoryTaskStore:
         with self._tx():
             return self.beats.get(owner)
 
-    def queue_observations(
-        self, queue: QueueKey, gaps: int, creations: int, fleet_arrivals: int
-    ) -> QueueObservations:
+    def fleet_gaps(self, arrivals: int) -> tuple[float, ...]:
         with self._tx():
             fleet = sorted(
                 ((self.progress[task_id].queue, at) for task_id, at in self.queued_at.items()),
                 key=lambda arrival: arrival[1],
-            )[-fleet_arrivals:]
+            )[-arrivals:]
+            return fleet_arrival_gaps(fleet)
+
+    def queue_observations(self, queue: QueueKey, gaps: int, creations: int) -> QueueObservations:
+        with self._tx():
             arrivals = sorted(
                 at for task_id, at in self.queued_at.items() if self.progress[task_id].queue == queue
             )[-(gaps + 1) :]
@@ -622,7 +624,6 @@ class MemoryTaskStore:
             )[-creations:]
             return QueueObservations(
                 arrival_gaps=tuple((b - a).total_seconds() for a, b in itertools.pairwise(arrivals)),
-                fleet_gaps=fleet_arrival_gaps(fleet),
                 creation_seconds=by_mode,
                 deletion_seconds=tuple((gone - marked).total_seconds() for gone, marked in deleted),
             )

@@ -224,9 +224,9 @@ def wait_pool_ready(services: Services, view: TaskView, choice: PoolChoice, star
     pool came up): the task takes it at its next poll rather than wait for its own (hand-over),
     also while it waits out GKE's refusal to create (one operation per cluster at a time), whose
     create is asked again only after ``FALCON_GKE_BUSY_RETRY_SECONDS``. Those refusals and
-    transient errors are waited
-    out here until the deadline; a failed pool ends the task with GKE's text (the pool's, and
-    its create operation's, where GKE puts stockout and quota reasons)."""
+    transient errors are waited out here until the deadline; a failed pool ends the task with
+    GKE's text (the pool's, and its create operation's, where GKE puts stockout and quota
+    reasons)."""
     clock = services.clock
     deadline = started + timedelta(seconds=services.settings.node_pool_timeout_seconds)
     plan, refusal, status, create_at = choice.plan, None, None, clock.now()

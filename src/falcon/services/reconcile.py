@@ -238,10 +238,11 @@ def _idle(
     services: Services, pool: NodePool, now: datetime, seen: dict[QueueKey, QueueObservations]
 ) -> IdlePool:
     """An idle pool with how long its queue's observations (read once per queue and round, into
-    ``seen``) make it worth keeping."""
+    ``seen``; the fleet's gaps, the same for every queue, once) make it worth keeping."""
     queue = QueueKey(pool.cluster_id, pool.topology)
     if queue not in seen:
-        seen[queue] = observed(services, queue)
+        fleet = next(iter(seen.values())).fleet_gaps if seen else None
+        seen[queue] = observed(services, queue, fleet)
     policy = services.keep_policy
     return IdlePool(
         pool.cluster_id,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 
 from falcon.domain.errors import FalconError, NotFoundError, TemporaryError
@@ -170,11 +171,16 @@ def offer_freed_pool(
     return settle_pool(services, cluster, held.name, queue, task_id, outcome) is PoolState.IDLE
 
 
-def observed(services: Services, queue: QueueKey) -> QueueObservations:
-    """What the queue's recent arrivals and pool creations say, for the keeping policy."""
-    return services.store.queue_observations(
-        queue, OBSERVED_GAPS, OBSERVED_CREATIONS, OBSERVED_FLEET_ARRIVALS
-    )
+def observed(
+    services: Services, queue: QueueKey, fleet_gaps: tuple[float, ...] | None = None
+) -> QueueObservations:
+    """What the queue's recent arrivals, pool creations and deletions say, and the fleet's gaps,
+    for the keeping policy. ``fleet_gaps``: when the caller has read them already (a reconcile
+    round reads them once for all its queues)."""
+    store = services.store
+    own = store.queue_observations(queue, OBSERVED_GAPS, OBSERVED_CREATIONS)
+    fleet = store.fleet_gaps(OBSERVED_FLEET_ARRIVALS) if fleet_gaps is None else fleet_gaps
+    return replace(own, fleet_gaps=fleet)
 
 
 def keep_horizon(services: Services, queue: QueueKey, mode: ProvisioningMode) -> timedelta:

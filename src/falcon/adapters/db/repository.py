@@ -962,13 +962,10 @@ def hand_over(
     return taken
 
 
-def queue_observations(
-    session: Session, queue: QueueKey, gaps: int, creations: int, fleet_arrivals: int
-) -> QueueObservations:
+def queue_observations(session: Session, queue: QueueKey, gaps: int, creations: int) -> QueueObservations:
     """The newest ``gaps`` gaps between the queue's arrivals (intake times), its newest
-    ``creations`` pool creations (write-ahead record to ready), per mode, as many deletions of
-    pools that were ready (marked for deletion to gone), and the gaps of every queue among the
-    fleet's newest ``fleet_arrivals`` arrivals, oldest first."""
+    ``creations`` pool creations (write-ahead record to ready), per mode, and as many deletions
+    of pools that were ready (marked for deletion to gone), oldest first."""
     arrivals = session.scalars(
         sa.select(TaskProgressRow.queued_at)
         .where(
@@ -1008,7 +1005,6 @@ def queue_observations(
     ).all()
     return QueueObservations(
         arrival_gaps=tuple((b - a).total_seconds() for a, b in itertools.pairwise(times)),
-        fleet_gaps=_fleet_gaps(session, fleet_arrivals),
         creation_seconds={mode: tuple(seconds) for mode, seconds in by_mode.items()},
         deletion_seconds=tuple(
             (gone - marked).total_seconds() for marked, gone in reversed(deleted) if marked and gone
@@ -1016,7 +1012,7 @@ def queue_observations(
     )
 
 
-def _fleet_gaps(session: Session, arrivals: int) -> tuple[float, ...]:
+def fleet_gaps(session: Session, arrivals: int) -> tuple[float, ...]:
     """The gaps between consecutive arrivals of each queue among the fleet's newest ``arrivals``,
     ordered by the later arrival. The newest arrivals are a span of time, so two arrivals of a
     queue next to each other among them are next to each other in the queue too."""

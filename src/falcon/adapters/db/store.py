@@ -193,11 +193,13 @@ class SqlTaskStore:
         with self._tx() as s:
             return repo.hand_over(s, queue, task_id, own, own_exists, now)
 
-    def queue_observations(
-        self, queue: QueueKey, gaps: int, creations: int, fleet_arrivals: int
-    ) -> QueueObservations:
+    def queue_observations(self, queue: QueueKey, gaps: int, creations: int) -> QueueObservations:
         with self._tx() as s:
-            return repo.queue_observations(s, queue, gaps, creations, fleet_arrivals)
+            return repo.queue_observations(s, queue, gaps, creations)
+
+    def fleet_gaps(self, arrivals: int) -> tuple[float, ...]:
+        with self._tx() as s:
+            return repo.fleet_gaps(s, arrivals)
 
     def beat(self, owner: str, now: datetime) -> None:
         with self._tx() as s:
