@@ -5,12 +5,14 @@ short of room (ProvisioningFallback to flex-start, counting Falcon's own pools s
 created); no reservation (flex-start); an unusable or unreadable reservation and a regional
 cluster without zone (NodePoolFailed, nothing recorded); a resumed task re-planning the same
 pool; a TemporaryError left to retries except on the final attempt; the TPU7x workload policy.
-Then wait_pool_ready: GKE's busy refusals waited out; ready marks the pool in use; ERROR ends
-NodePoolFailed with GKE's detail; a pool never ready ends NodePoolTimeout at the deadline.
+Then wait_pool_ready: GKE's busy refusals waited out; the cluster's marked deletions asked
+before the create (not another cluster's, not a stuck one); ready marks the pool in use; ERROR
+ends NodePoolFailed with GKE's detail; a pool never ready ends NodePoolTimeout at the deadline.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -288,6 +290,88 @@ def test_gke_busy_refusals_are_waited_out() -> None:
     assert svc.store.pool("c1", POOL).state is PoolState.IN_USE
 
 
+def marked_for_deletion(svc: Services, name: str, cluster_id: str = "c1", ago: float = 0.0) -> None:
+    """A pool of another queue the reaper marked ``ago`` seconds before now; GKE not done yet."""
+    svc.store.add_pool(idle_pool(name, "2x4", cluster_id))
+    assert svc.store.start_deleting_pool(cluster_id, name, None, svc.clock.now() - timedelta(seconds=ago))
+
+
+def at_polls(svc: Services, actions: dict[int, Callable[[], None]]) -> list[int]:
+    """Runs ``actions[n]`` at the end of the task's n-th poll's wait (from 1); returns the creates
+    asked before each wait."""
+    creates: list[int] = []
+    sleep = svc.clock.sleep
+
+    def poll(seconds: float) -> None:
+        creates.append(svc.node_pools.count("create"))
+        sleep(seconds)
+        if len(creates) in actions:
+            actions[len(creates)]()
+
+    svc.clock.sleep = poll  # type: ignore[method-assign]
+    return creates
+
+
+def gone_after(svc: Services, polls: int, cluster_id: str, name: str) -> list[int]:
+    """The reconcile round sees the pool gone at the task's ``polls``-th poll."""
+    return at_polls(svc, {polls: lambda: svc.store.pool_deleted(cluster_id, name, svc.clock.now())})
+
+
+def test_a_pool_marked_for_deletion_in_the_cluster_is_deleted_before_the_create_is_asked(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    svc = one_cluster()
+    view, choice = planned(svc)
+    marked_for_deletion(svc, "falcon-2x4-spare")
+    creates = gone_after(svc, 3, "c1", "falcon-2x4-spare")
+    caplog.set_level("INFO", logger="falcon")
+    wait_pool_ready(svc, view, choice, svc.clock.now())
+    assert creates == [0, 0, 0]  # not asked while the deletion was under way
+    assert svc.node_pools.count("create") == 1  # asked right after it, and ready at the first look
+    assert svc.store.pool("c1", POOL).state is PoolState.IN_USE
+    assert [r.getMessage() for r in caplog.records if "create_after_deletions" in r.getMessage()] == [
+        "event=create_after_deletions task_id=t1 deletions=1"
+    ]
+
+
+def test_deletions_marked_after_the_task_came_to_create_wait_their_turn() -> None:
+    svc = one_cluster()
+    view, choice = planned(svc)
+    marked_for_deletion(svc, "falcon-2x4-before")
+    creates = at_polls(
+        svc,
+        {
+            1: lambda: marked_for_deletion(svc, "falcon-2x4-after"),
+            2: lambda: svc.store.pool_deleted("c1", "falcon-2x4-before", svc.clock.now()),
+        },
+    )
+    wait_pool_ready(svc, view, choice, svc.clock.now())
+    assert creates == [0, 0] and svc.node_pools.count("create") == 1
+    assert svc.store.pool("c1", "falcon-2x4-after").state is PoolState.DELETING
+
+
+def test_a_deletion_in_another_cluster_does_not_hold_the_create() -> None:
+    svc = one_cluster()
+    view, choice = planned(svc)
+    svc.store.add_cluster(cluster("c2"))
+    marked_for_deletion(svc, "falcon-2x4-spare", cluster_id="c2")
+    wait_pool_ready(svc, view, choice, svc.clock.now())
+    assert svc.node_pools.plans == [choice.plan]
+    assert svc.clock.sleeps == []  # asked at once, ready at the first look
+
+
+def test_a_deletion_marked_longer_ago_than_twice_the_creation_prior_is_not_waited_for() -> None:
+    svc = one_cluster()
+    view, choice = planned(svc)
+    prior = svc.settings.pool_creation_prior_seconds
+    marked_for_deletion(svc, "falcon-2x4-stuck", ago=2 * prior + 1)
+    marked_for_deletion(svc, "falcon-2x4-fresh", ago=prior)
+    creates = gone_after(svc, 2, "c1", "falcon-2x4-fresh")
+    wait_pool_ready(svc, view, choice, svc.clock.now())
+    assert creates == [0, 0] and svc.node_pools.count("create") == 1  # the fresh one waited for
+    assert svc.store.pool("c1", "falcon-2x4-stuck").state is PoolState.DELETING
+
+
 def test_pool_created_by_an_earlier_attempt_is_not_created_again() -> None:
     svc = one_cluster()
     view, choice = planned(svc)
@@ -372,3 +456,17 @@ def test_gke_refusing_until_the_deadline_times_out_saying_so() -> None:
         wait_pool_ready(svc, view, choice, svc.clock.now())
     assert ended.value.outcome.reason is Reason.NODE_POOL_TIMEOUT
     assert "GKE kept refusing: cluster is running another operation" in ended.value.outcome.message
+
+
+def test_a_deletion_not_done_by_the_deadline_times_out_saying_the_pool_was_not_asked_for() -> None:
+    svc = make_services(node_pool_timeout_seconds=60)
+    svc.store.add_cluster(cluster("c1"))
+    view, choice = planned(svc)
+    marked_for_deletion(svc, "falcon-2x4-slow")
+    with pytest.raises(TaskEnded) as ended:
+        wait_pool_ready(svc, view, choice, svc.clock.now())
+    assert ended.value.outcome.message == (
+        f"Node pool creation timed out (1m): node pool {POOL} not asked for: "
+        "the cluster's deletions went first"
+    )
+    assert svc.node_pools.count("create") == 0

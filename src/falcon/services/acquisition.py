@@ -223,32 +223,43 @@ def wait_pool_ready(services: Services, view: TaskView, choice: PoolChoice, star
     That is another pool when one of the queue's pools goes idle first (a task ended, a warm
     pool came up): the task takes it at its next poll rather than wait for its own (hand-over),
     also while it waits out GKE's refusal to create (one operation per cluster at a time), whose
-    create is asked again only after ``FALCON_GKE_BUSY_RETRY_SECONDS``. Those refusals and
-    transient errors are waited out here until the deadline; a failed pool ends the task with
-    GKE's text (the pool's, and its create operation's, where GKE puts stockout and quota
-    reasons)."""
+    create is asked again only after ``FALCON_GKE_BUSY_RETRY_SECONDS``, and while the cluster's
+    deletions go first (``_deletions_go_first``). Those refusals and transient errors are waited
+    out here until the deadline; a failed pool ends the task with GKE's text (the pool's, and
+    its create operation's, where GKE puts stockout and quota reasons)."""
     clock = services.clock
     deadline = started + timedelta(seconds=services.settings.node_pool_timeout_seconds)
     plan, refusal, status, create_at = choice.plan, None, None, clock.now()
+    arrived, deferred = create_at, False
     while True:
         services.ensure_active(view.task.id)
         if (taken := _hand_over(services, view, choice.name)) is not None:
             return taken
         if plan is not None and clock.now() >= create_at:
-            refusal = _try_create(services, view, plan)
-            plan = plan if refusal else None
-            wait = services.settings.gke_busy_retry_seconds if isinstance(refusal, BusyError) else 0.0
-            create_at = clock.now() + timedelta(seconds=wait)
+            if _deletions_go_first(services, view, arrived, deferred):
+                deferred = True
+            else:
+                refusal = _try_create(services, view, plan)
+                plan = plan if refusal else None
+                wait = services.settings.gke_busy_retry_seconds if isinstance(refusal, BusyError) else 0.0
+                create_at = clock.now() + timedelta(seconds=wait)
         if plan is None:
             status = _pool_status(services, view, choice.name)
             if status is not None and status.ready:
                 services.store.pool_ready(view.cluster.id, choice.name, clock.now())
                 return choice.name
         if clock.now() >= deadline:
-            still = status.status if status else "unknown"
-            detail = f"GKE kept refusing: {refusal}" if refusal else f"node pool {choice.name} still {still}"
-            raise _timeout(services, detail)
+            raise _timeout(services, _not_ready(choice.name, plan is not None, refusal, status))
         clock.sleep(services.settings.poll_seconds)
+
+
+def _not_ready(name: str, unasked: bool, refusal: TemporaryError | None, status: PoolStatus | None) -> str:
+    """Why the pool was not ready by the deadline, for the task's Message."""
+    if refusal:
+        return f"GKE kept refusing: {refusal}"
+    if unasked:
+        return f"node pool {name} not asked for: the cluster's deletions went first"
+    return f"node pool {name} still {status.status if status else 'unknown'}"
 
 
 def _hand_over(services: Services, view: TaskView, own: str) -> str | None:
@@ -276,6 +287,22 @@ def _hand_over(services: Services, view: TaskView, own: str) -> str | None:
     logger.info("event=hand_over task_id=%s pool=%s own=%s", view.task.id, taken.name, own)
     _took_idle(services, view, taken, handed_over=True)
     return taken.name
+
+
+def _deletions_go_first(services: Services, view: TaskView, arrived: datetime, deferred: bool) -> bool:
+    """Is a pool of the cluster marked for deletion before the task ``arrived`` to create, and
+    not gone yet? GKE runs one node-pool operation per cluster at a time; a pool waiting to be
+    deleted is paid for until it is gone, while a creation asked later holds no nodes until it
+    starts, so the deletion goes first: it costs this task a deletion's time to its start and
+    saves the marked pool's nodes that long. Deletions marked after the task arrived wait their
+    turn, so a stream of them never starves a creation; one marked longer ago than twice a
+    creation's prior is taken as stuck, not waited for. ``deferred``: the task waited already
+    (it is logged once)."""
+    stuck = timedelta(seconds=2 * services.settings.pool_creation_prior_seconds)
+    marked = services.store.deletions_marked(view.cluster.id, services.clock.now() - stuck, arrived)
+    if marked and not deferred:
+        logger.info("event=create_after_deletions task_id=%s deletions=%d", view.task.id, marked)
+    return marked > 0
 
 
 def _try_create(services: Services, view: TaskView, plan: NodePoolPlan) -> TemporaryError | None:

@@ -920,6 +920,16 @@ def idle_count(session: Session, queue: QueueKey) -> int:
     return int(session.scalar(query) or 0)
 
 
+def deletions_marked(session: Session, cluster_id: str, after: datetime, until: datetime) -> int:
+    query = sa.select(sa.func.count()).where(
+        NodePoolRow.cluster_id == cluster_id,
+        NodePoolRow.state == PoolState.DELETING.value,
+        NodePoolRow.deleting_at > after,
+        NodePoolRow.deleting_at <= until,
+    )
+    return int(session.scalar(query) or 0)
+
+
 def claim_idle_pool(session: Session, queue: QueueKey, task_id: str, now: datetime) -> NodePool | None:
     """Hand the oldest idle pool of this queue to ``task_id``; None if there is none to take."""
     values: dict[Any, Any] = {

@@ -91,6 +91,10 @@ class SqlTaskStore:
         with self._tx() as s:
             return repo.idle_count(s, queue)
 
+    def deletions_marked(self, cluster_id: str, after: datetime, until: datetime) -> int:
+        with self._tx() as s:
+            return repo.deletions_marked(s, cluster_id, after, until)
+
     def pool(self, cluster_id: str, name: str) -> NodePool | None:
         with self._tx() as s:
             return repo.get_pool(s, cluster_id, name)
