@@ -512,7 +512,7 @@ def test_pool_deleted_and_pool_delete_failed(store: TaskStore, upstream: Upstrea
     assert store.pool("c1", "unknown") is None
 
 
-def test_deletions_marked_counts_a_clusters_pools_marked_in_the_window_and_not_yet_gone(
+def test_deletions_marked_since_counts_a_clusters_pools_marked_after_and_not_yet_gone(
     store: TaskStore,
 ) -> None:
     elsewhere = QueueKey("c2", "2x2")
@@ -521,12 +521,11 @@ def test_deletions_marked_counts_a_clusters_pools_marked_in_the_window_and_not_y
         assert store.start_deleting_pool(queue.cluster_id, name, f"h-{name}", T2 if name != "early" else T1)
     store.pool_deleted("c1", "gone", T2)
     store.write_ahead_pool(pool("creating", "t9"), T0)
-    assert store.deletions_marked("c1", T0, T2) == 2  # early and late: every topology of the cluster
-    assert store.deletions_marked("c1", T1, T2) == 1  # marked at T1 is not after T1
-    assert store.deletions_marked("c1", T0, T1) == 1  # marked at T2 is after T1
-    assert store.deletions_marked("c1", T2, T2 + timedelta(seconds=1)) == 0
-    assert store.deletions_marked("c2", T0, T2) == 1
-    assert store.deletions_marked("c3", T0, T2) == 0
+    assert store.deletions_marked_since("c1", T0) == 2  # early and late: every topology of the cluster
+    assert store.deletions_marked_since("c1", T1) == 1  # marked at T1 is not after T1
+    assert store.deletions_marked_since("c1", T2) == 0
+    assert store.deletions_marked_since("c2", T0) == 1
+    assert store.deletions_marked_since("c3", T0) == 0
 
 
 def test_pools_in_lists_the_states_asked_oldest_record_first(store: TaskStore) -> None:

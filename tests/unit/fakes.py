@@ -301,14 +301,14 @@ class MemoryTaskStore:
     def idle_count(self, queue: QueueKey) -> int:
         return sum(1 for p in self._pools_of(queue) if p.state is PoolState.IDLE)
 
-    def deletions_marked(self, cluster_id: str, after: datetime, until: datetime) -> int:
+    def deletions_marked_since(self, cluster_id: str, since: datetime) -> int:
         return sum(
             1
             for key, p in self.pools.items()
             if p.cluster_id == cluster_id
             and p.state is PoolState.DELETING
             and key in self.pool_deleting_at
-            and after < self.pool_deleting_at[key] <= until
+            and self.pool_deleting_at[key] > since
         )
 
     def pool(self, cluster_id: str, name: str) -> NodePool | None:

@@ -6,8 +6,9 @@ created); no reservation (flex-start); an unusable or unreadable reservation and
 cluster without zone (NodePoolFailed, nothing recorded); a resumed task re-planning the same
 pool; a TemporaryError left to retries except on the final attempt; the TPU7x workload policy.
 Then wait_pool_ready: GKE's busy refusals waited out; the cluster's marked deletions asked
-before the create (not another cluster's, not a stuck one); ready marks the pool in use; ERROR
-ends NodePoolFailed with GKE's detail; a pool never ready ends NodePoolTimeout at the deadline.
+before the create (not another cluster's, not a stuck one, for a bounded time); ready marks the
+pool in use; ERROR ends NodePoolFailed with GKE's detail; a pool never ready ends
+NodePoolTimeout at the deadline.
 """
 
 from __future__ import annotations
@@ -334,20 +335,17 @@ def test_a_pool_marked_for_deletion_in_the_cluster_is_deleted_before_the_create_
     ]
 
 
-def test_deletions_marked_after_the_task_came_to_create_wait_their_turn() -> None:
+def test_a_create_waits_for_the_clusters_deletions_twice_the_creation_prior_at_most() -> None:
     svc = one_cluster()
     view, choice = planned(svc)
-    marked_for_deletion(svc, "falcon-2x4-before")
-    creates = at_polls(
-        svc,
-        {
-            1: lambda: marked_for_deletion(svc, "falcon-2x4-after"),
-            2: lambda: svc.store.pool_deleted("c1", "falcon-2x4-before", svc.clock.now()),
-        },
-    )
-    wait_pool_ready(svc, view, choice, svc.clock.now())
-    assert creates == [0, 0] and svc.node_pools.count("create") == 1
-    assert svc.store.pool("c1", "falcon-2x4-after").state is PoolState.DELETING
+    window = 2 * svc.settings.pool_creation_prior_seconds
+    marked_for_deletion(svc, "falcon-2x4-0")
+    polls = range(1, round(window) + 10)  # a pool marked at every poll, none ever gone
+    creates = at_polls(svc, {n: lambda n=n: marked_for_deletion(svc, f"falcon-2x4-{n}") for n in polls})
+    started = svc.clock.now()
+    wait_pool_ready(svc, view, choice, started)
+    assert svc.node_pools.count("create") == 1 and set(creates) == {0}
+    assert svc.clock.now() == started + timedelta(seconds=window)
 
 
 def test_a_deletion_in_another_cluster_does_not_hold_the_create() -> None:

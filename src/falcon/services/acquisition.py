@@ -290,16 +290,19 @@ def _hand_over(services: Services, view: TaskView, own: str) -> str | None:
 
 
 def _deletions_go_first(services: Services, view: TaskView, arrived: datetime, deferred: bool) -> bool:
-    """Is a pool of the cluster marked for deletion before the task ``arrived`` to create, and
-    not gone yet? GKE runs one node-pool operation per cluster at a time; a pool waiting to be
-    deleted is paid for until it is gone, while a creation asked later holds no nodes until it
-    starts, so the deletion goes first: it costs this task a deletion's time to its start and
-    saves the marked pool's nodes that long. Deletions marked after the task arrived wait their
-    turn, so a stream of them never starves a creation; one marked longer ago than twice a
-    creation's prior is taken as stuck, not waited for. ``deferred``: the task waited already
-    (it is logged once)."""
-    stuck = timedelta(seconds=2 * services.settings.pool_creation_prior_seconds)
-    marked = services.store.deletions_marked(view.cluster.id, services.clock.now() - stuck, arrived)
+    """Does a pool of the cluster marked for deletion, not gone yet, go before this creation?
+
+    GKE runs one node-pool operation per cluster at a time; a pool waiting to be deleted is
+    paid for until it is gone, while a creation asked later holds no nodes until it starts. So
+    the deletion goes first: it costs this task a deletion's time to its start and saves the
+    marked pool's nodes that long. For twice a creation's prior at most, from when the task
+    ``arrived`` to create: the end of a busy spell can mark many pools at once, and the task
+    must not wait for all of them; a deletion marked longer ago than that is taken as stuck.
+    ``deferred``: the task waited already (it is logged once)."""
+    now, window = services.clock.now(), timedelta(seconds=2 * services.settings.pool_creation_prior_seconds)
+    if now - arrived >= window:
+        return False
+    marked = services.store.deletions_marked_since(view.cluster.id, now - window)
     if marked and not deferred:
         logger.info("event=create_after_deletions task_id=%s deletions=%d", view.task.id, marked)
     return marked > 0

@@ -920,12 +920,11 @@ def idle_count(session: Session, queue: QueueKey) -> int:
     return int(session.scalar(query) or 0)
 
 
-def deletions_marked(session: Session, cluster_id: str, after: datetime, until: datetime) -> int:
+def deletions_marked_since(session: Session, cluster_id: str, since: datetime) -> int:
     query = sa.select(sa.func.count()).where(
         NodePoolRow.cluster_id == cluster_id,
         NodePoolRow.state == PoolState.DELETING.value,
-        NodePoolRow.deleting_at > after,
-        NodePoolRow.deleting_at <= until,
+        NodePoolRow.deleting_at > since,
     )
     return int(session.scalar(query) or 0)
 

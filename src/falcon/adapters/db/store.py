@@ -91,9 +91,9 @@ class SqlTaskStore:
         with self._tx() as s:
             return repo.idle_count(s, queue)
 
-    def deletions_marked(self, cluster_id: str, after: datetime, until: datetime) -> int:
+    def deletions_marked_since(self, cluster_id: str, since: datetime) -> int:
         with self._tx() as s:
-            return repo.deletions_marked(s, cluster_id, after, until)
+            return repo.deletions_marked_since(s, cluster_id, since)
 
     def pool(self, cluster_id: str, name: str) -> NodePool | None:
         with self._tx() as s:
