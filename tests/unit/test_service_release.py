@@ -26,8 +26,9 @@ from tests.unit.fakes import (
 )
 
 from falcon.domain.errors import PermanentError, TemporaryError
-from falcon.domain.lifecycle import NodePool, Phase, PoolState, TaskEnded
-from falcon.domain.model import ProvisioningMode, QueueKey, k8s_job_name_for, node_pool_name_for
+from falcon.domain.lifecycle import NodePool, Phase, PoolState, TaskEnded, failed
+from falcon.domain.messages import MessageKey
+from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, k8s_job_name_for, node_pool_name_for
 from falcon.domain.status import Reason, Status
 from falcon.services import reconcile
 from falcon.services.acquisition import provision, wait_pool_ready
@@ -234,6 +235,30 @@ def test_deletion_gke_refused_is_asked_again_next_round(svc: Services) -> None:
     assert svc.node_pools.pools == {}
     reconcile.reap_idle_pools(svc, clusters_of(svc), {})
     assert svc.store.pool("c1", "falcon-kept").state is PoolState.DELETED
+
+
+def test_a_pool_that_failed_its_task_is_deleted_though_a_task_waits_for_the_queue(svc: Services) -> None:
+    """A pool that went from GKE (or broke) under a task would fail every next task of the queue
+    that took it (the chaos run saw four in a row fail on one pool the orphan sweep had deleted)."""
+    running(svc, "t1")
+    queued(svc, "t2")
+    outcome = failed(svc.say, Reason.NODE_POOL_FAILED, MessageKey.NODE_POOL_FAILED, detail="it went")
+    assert record_outcome(svc, "t1", outcome, [Phase.RUNNING])
+    assert release(svc, "t1").reason is Reason.NODE_POOL_FAILED
+    assert svc.store.pool("c1", POOL).state is PoolState.DELETED
+    assert svc.store.idle_count(QUEUE) == 0
+
+
+def test_a_pool_created_while_gke_lists_the_pools_is_not_an_orphan(svc: Services) -> None:
+    listed = svc.node_pools.list_names
+
+    def list_while_a_create_lands(cluster: Cluster) -> list[str]:
+        running(svc, "t1")  # its pool is recorded, then created in GKE, while the sweep lists
+        return listed(cluster)
+
+    svc.node_pools.list_names = list_while_a_create_lands  # type: ignore[method-assign]
+    assert reconcile.delete_orphan_pools(svc, clusters_of(svc)) == []
+    assert svc.node_pools.count("delete") == 0  # type: ignore[attr-defined]
 
 
 def test_orphan_falcon_pools_are_deleted_tracked_ones_are_not(svc: Services) -> None:

@@ -278,14 +278,17 @@ def delete_orphan_pools(services: Services, clusters: Clusters) -> list[str]:
     """Design's exception table: a ``falcon-`` pool in GKE with no live record here is deleted.
 
     Write-ahead makes this rare (every create is recorded first); it catches pools left by a
-    lost database, a manual create, or a record closed while GKE still had the pool."""
-    tracked = {(p.cluster_id, p.name) for p in services.store.pools_in(LIVE_POOL_STATES)}
+    lost database, a manual create, or a record closed while GKE still had the pool. The records
+    are read after GKE's list, so a pool created while GKE lists is never taken for one: its
+    record was written before its create (the chaos run caught the other order deleting a pool
+    recorded a moment after the records were read)."""
     orphans = []
     for cluster in clusters.values():
         try:
             names = services.node_pools.list_names(cluster)
         except FalconError:
             continue
+        tracked = {(p.cluster_id, p.name) for p in services.store.pools_in(LIVE_POOL_STATES)}
         found = [n for n in names if n.startswith(NODE_POOL_PREFIX) and (cluster.id, n) not in tracked]
         for name in found:
             _request_delete(services, cluster, name)

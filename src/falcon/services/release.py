@@ -132,8 +132,9 @@ def settle_pool(
     (it takes an idle pool at once, by hand-over). With none, the keeping policy's horizon for
     the queue decides whether the pool is kept as a spare (then reaped once past it).
 
-    Only a pool that became ready (in_use) is kept: one still creating, or broken, would hand
-    its failure to the next task. An aborted task's pool that GKE is still creating is waited
+    Only a pool that became ready (in_use) is kept, and never one that failed its task (gone or
+    broken under it: NodePoolFailed): one still creating, or broken, would hand its failure to
+    the next task. An aborted task's pool that GKE is still creating is waited
     for first (design §8, abort while provisioning: wait for the create, then check reuse), so
     the waiting task does not create the same slice again; a failed task's pool is not.
 
@@ -150,6 +151,7 @@ def settle_pool(
     keep = services.keep_policy.keep_at_release(takers, idle, horizon) or warm_keeps(
         warm_target_of(services, queue).pools, idle
     )
+    keep = keep and outcome.reason is not Reason.NODE_POOL_FAILED  # it would fail the next task too
     if keep and outcome.status is Status.ABORTED:
         _wait_until_created(services, cluster, pool, task_id)
     now = services.clock.now()
