@@ -35,6 +35,7 @@ from falcon.adapters.compute import Reservations, WorkloadPolicies
 from falcon.adapters.credentials import gke_client, reservations_client, resource_policies_client
 from falcon.adapters.gke import GkeNodePools
 from falcon.bootstrap import serving
+from falcon.domain.pool_economics import DeleteEachPolicy
 from falcon.domain.status import Status
 from falcon.services.context import Services
 from falcon_emulator.server import EmulatorServer
@@ -134,7 +135,8 @@ def test_no_token_in_the_database_the_logs_or_the_prefect_runs(
 ) -> None:
     since = datetime.now(UTC)
     credentials = MarkedCredentials()
-    marked = with_marked_credentials(services, credentials)
+    # Its pool is deleted, not kept, so that a release run (and GKE's deletion) runs too.
+    marked = replace(with_marked_credentials(services, credentials), keep_policy=DeleteEachPolicy())
     submit(db_url, "t-secret", "alice", "2x2")
     driver = Driver(marked)
     with serving(marked):  # the lifecycle and release runs take these services too

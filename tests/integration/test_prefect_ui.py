@@ -29,6 +29,7 @@ from falcon.adapters.db.session import session_scope
 from falcon.adapters.slots import PrefectSlots, SlotNames
 from falcon.domain.lifecycle import Phase
 from falcon.domain.model import QueueKey, queue_label, slot_label
+from falcon.domain.pool_economics import DeleteEachPolicy
 from falcon.services.context import Services
 from falcon.services.dispatching import Dispatcher
 from tests.integration.harness import CLUSTER, Driver, submit
@@ -42,7 +43,8 @@ def test_a_tasks_runs_are_found_by_its_tag_and_carry_actor_cluster_and_queue_the
 ) -> None:
     task = f"t-{uuid4().hex[:8]}"  # the Prefect server outlives the test: a name of its own
     submit(db_url, task, "alice", "2x4")
-    Driver(services).run_until_done([task])
+    # Its pool is deleted, so it has a release run (a kept pool's task is finished by the round).
+    Driver(replace(services, keep_policy=DeleteEachPolicy())).run_until_done([task])
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[f"task:{task}"]))

@@ -772,6 +772,7 @@ class FakeNodePools:
         self.scripts: dict[str, PoolScript] = {}
         self.create_failures: deque[Exception] = deque()
         self.delete_failures: deque[Exception] = deque()
+        self.delete_seconds = 0.0  # how long a Job deletion takes, on the fake clock
         self.calls: list[tuple[str, str]] = []  # (method, pool name)
         self.plans: list[NodePoolPlan] = []
 
@@ -981,6 +982,8 @@ class FakeClusterJobs:
         self.events: list[tuple[str, ClusterEvent]] = []
         self.scripts: dict[str, JobScript] = {}
         self.create_failures: deque[Exception] = deque()
+        self.delete_failures: deque[Exception] = deque()
+        self.delete_seconds = 0.0  # how long a Job deletion takes, on the fake clock
         self.calls: list[tuple[str, str]] = []  # (method, object name)
         self.unreachable = False  # the cluster's API does not answer (list_jobs raises)
 
@@ -1037,6 +1040,9 @@ class FakeClusterJobs:
 
     def delete_job(self, namespace: str, name: str) -> None:
         self.calls.append(("delete_job", name))
+        self.clock.advance(self.delete_seconds)
+        if self.delete_failures:
+            raise self.delete_failures.popleft()
         if self.jobs.pop((namespace, name), None) is None:
             raise NotFoundError(f'jobs.batch "{name}" not found')
 

@@ -131,14 +131,13 @@ def test_a_jobs_end_reports_releasing_with_its_run_time_then_done(svc: Services)
     dispatched_at = svc.store.task("t1").dispatched_at
     svc.clock.advance(600)  # type: ignore[attr-defined]
     k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
-    assert reconcile.follow_running(svc, clusters_of(svc)).ended == ["t1"]
-    to_releasing = last(svc, "t1")
+    assert reconcile.follow_running(svc, clusters_of(svc)).released == ["t1"]  # its pool was kept
+    to_releasing, done = events_of(svc).of("t1")[-2:]
     assert (to_releasing.source, to_releasing.target, to_releasing.reason) == (R, REL, "Succeeded")
     assert to_releasing.dispatched_at == dispatched_at
     assert to_releasing.at - dispatched_at == timedelta(seconds=600)
-    release(svc, "t1")
-    assert events_of(svc).path("t1")[-1] == (REL, DONE)
-    assert last(svc, "t1").outcome.status is Status.SUCCEEDED  # type: ignore[union-attr]
+    assert (done.source, done.target) == (REL, DONE)
+    assert done.outcome.status is Status.SUCCEEDED  # type: ignore[union-attr]
 
 
 def test_a_failure_reports_its_reason_on_the_way_out(svc: Services) -> None:

@@ -1,13 +1,14 @@
 """Fast release (issue 10): from a Job's end to its task's terminal status, Falcon adds one Job
 list (the reconcile round) and the release's own calls; nothing waits on a run's start or polls,
 except for GKE deleting a pool, which is GKE's own time. A Job that ended by itself has its pool
-kept (or marked and its deletion asked for) by the round that saw the end, before the release
-run starts."""
+kept (or marked and its deletion asked for) by the round that saw the end; a kept pool's task is
+finished by that round too, a deleted pool's by a release run."""
 
 from __future__ import annotations
 
 from tests.unit.fakes import arrivals, k8s_of, queued, running
 
+from falcon.domain.errors import TemporaryError
 from falcon.domain.lifecycle import Phase, PoolState
 from falcon.domain.model import QueueKey, k8s_job_name_for, node_pool_name_for
 from falcon.domain.status import Status
@@ -19,20 +20,76 @@ from falcon.services.release import release
 QUEUE = QueueKey("c1", "2x2")
 
 
-def test_the_round_that_sees_a_job_end_starts_its_release(svc: Services) -> None:
+def test_the_round_that_sees_a_job_end_and_keeps_its_pool_finishes_the_task(svc: Services) -> None:
+    """Nothing is left to wait for once the pool is the queue's: the round deletes the Job and
+    writes the terminal status, and no release run is started (its start is Prefect's time)."""
     running(svc, "t1")
     dispatcher = Dispatcher(svc)
     try:
         dispatcher.tick()
-        assert svc.launcher.releases == []  # type: ignore[attr-defined]
         k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
         svc.clock.advance(svc.settings.reconcile_seconds)  # type: ignore[attr-defined]
         report = dispatcher.tick()
     finally:
         dispatcher.close()
-    assert report.ended == ["t1"] and report.started == ["t1"]
+    assert report.ended == report.offered == report.released == ["t1"] and report.started == []
+    assert svc.launcher.releases == []  # type: ignore[attr-defined]
+    assert svc.store.task("t1").status is Status.SUCCEEDED
+    assert svc.store.task_view_rows("t1")[2].phase is Phase.DONE
+    assert k8s_of(svc).jobs == {}
+    assert svc.store.pool("c1", node_pool_name_for("t1", "2x2")).state is PoolState.IDLE
+
+
+def test_a_task_whose_pool_is_deleted_gets_a_release_run(svc: Services) -> None:
+    """Deleting a pool waits for GKE: that wait is a release run's, never the round's."""
+    arrivals(svc, QUEUE)
+    running(svc, "t1")
+    k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
+    dispatcher = Dispatcher(svc)
+    try:
+        report = dispatcher.reconcile()
+    finally:
+        dispatcher.close()
+    assert report.ended == ["t1"] and report.released == [] and report.started == ["t1"]
     assert svc.launcher.releases == [("t1", 1)]  # type: ignore[attr-defined]
     assert svc.store.task_view_rows("t1")[2].phase is Phase.RELEASING
+
+
+def test_a_job_deletion_that_fails_in_the_round_is_left_to_a_release_run(svc: Services) -> None:
+    running(svc, "t1")
+    queued(svc, "t2")
+    k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
+    k8s_of(svc).delete_failures.append(TemporaryError("delete Job: timed out"))
+    dispatcher = Dispatcher(svc)
+    try:
+        report = dispatcher.reconcile()
+    finally:
+        dispatcher.close()
+    assert report.offered == ["t1"] and report.released == [] and report.started == ["t1"]
+    assert svc.store.task_view_rows("t1")[2].phase is Phase.RELEASING
+    assert release(svc, "t1").status is Status.SUCCEEDED  # the run finishes what the round could not
+    assert k8s_of(svc).jobs == {}
+
+
+def test_a_round_finishes_tasks_for_a_second_at_most_and_leaves_the_rest_to_release_runs(
+    svc: Services,
+) -> None:
+    """Many Jobs ending together must not hold up following the others: each deletion here takes
+    0.6 s, so the round finishes two (started at 0 and 0.6 s) and starts runs for the rest."""
+    for task_id in ("t1", "t2", "t3"):
+        running(svc, task_id)
+        k8s_of(svc).job(k8s_job_name_for(task_id)).script.complete = True
+    for task_id in ("t4", "t5", "t6"):
+        queued(svc, task_id)  # each ended task's pool is kept for one of them
+    k8s_of(svc).delete_seconds = 0.6
+    dispatcher = Dispatcher(svc)
+    try:
+        report = dispatcher.reconcile()
+    finally:
+        dispatcher.close()
+    assert sorted(report.offered) == ["t1", "t2", "t3"]
+    assert len(report.released) == 2 and report.started == sorted(set(report.offered) - set(report.released))
+    assert all(svc.store.task(t).status is Status.SUCCEEDED for t in report.released)
 
 
 def test_a_release_that_keeps_the_pool_never_waits(svc: Services) -> None:
@@ -74,15 +131,15 @@ def test_the_deployed_tick_leaves_jobs_to_the_reconcile_loop_beside_it(svc: Serv
         assert dispatcher.reconcile().ended == ["t1"]  # at once: its loop paces it, not a timer
     finally:
         dispatcher.close()
-    assert svc.launcher.releases == [("t1", 1)]  # type: ignore[attr-defined]
+    assert svc.store.task("t1").status is Status.SUCCEEDED
 
 
 def test_a_job_that_ended_by_itself_has_its_pool_kept_by_that_round_and_the_tick_nudged(
     svc: Services,
 ) -> None:
     """The Job's pods are done, so its nodes are free: the round that sees the end keeps the pool
-    for the waiting task before any release run starts (the Job is still there), and nudges the
-    tick loop; the release run later deletes the Job and leaves the pool to its new holder."""
+    for the waiting task, finishes the task (its Job deleted) and nudges the tick loop; the
+    waiting task then takes the pool."""
     running(svc, "t1")
     queued(svc, "t2")
     k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
@@ -91,17 +148,16 @@ def test_a_job_that_ended_by_itself_has_its_pool_kept_by_that_round_and_the_tick
     try:
         report = dispatcher.reconcile()
         pool = svc.store.pool("c1", node_pool_name_for("t1", "2x2"))
-        assert report.offered == ["t1"] and nudges == [1]
+        assert report.offered == report.released == ["t1"] and nudges == [1]
         assert (pool.state, pool.holder_task_id) == (PoolState.IDLE, None)
-        assert k8s_of(svc).job(k8s_job_name_for("t1"))  # offered before the Job's deletion
     finally:
         dispatcher.close()
+    assert svc.store.task("t1").status is Status.SUCCEEDED and k8s_of(svc).jobs == {}
     svc.store.start_acquiring("t2", QUEUE, "alice", "lease-2", "picked", svc.clock.now())
     assert provision(svc, load_view(svc, "t2")).name == pool.name  # the hand-over
-    assert release(svc, "t1").status is Status.SUCCEEDED
-    assert k8s_of(svc).jobs == {}  # the Job went with the release run ...
+    assert release(svc, "t1").status is Status.SUCCEEDED  # a late release run changes nothing ...
     after = svc.store.pool("c1", pool.name)
-    assert (after.state, after.holder_task_id) == (PoolState.IN_USE, "t2")  # ... the pool stayed t2's
+    assert (after.state, after.holder_task_id) == (PoolState.IN_USE, "t2")  # ... the pool stays t2's
     assert svc.node_pools.count("delete") == 0  # type: ignore[attr-defined]
 
 

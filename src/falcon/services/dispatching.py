@@ -103,6 +103,7 @@ class TickReport:
     picked: list[str] = field(default_factory=list)
     ended: list[str] = field(default_factory=list)
     offered: list[str] = field(default_factory=list)  # ended tasks whose pool was kept for their queue
+    released: list[str] = field(default_factory=list)  # of those, the ones the round finished itself
     started: list[str] = field(default_factory=list)
     reaped: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
@@ -251,7 +252,7 @@ class Dispatcher:
             waiting = self.book.counts()
         waited_for = {queue.cluster_id for queue in waiting}
         followed = reconcile.follow_running(svc, clusters, waited_for)
-        report.ended, report.offered = followed.ended, followed.offered
+        report.ended, report.offered, report.released = followed.ended, followed.offered, followed.released
         if followed.offered:
             self.on_pool_offered()  # a waiting task may take it: pick now, not at the next tick
         laps.lap("follow")

@@ -8,6 +8,7 @@ release run.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -36,10 +37,14 @@ from falcon.domain.workloads import JobState
 from falcon.services.acquisition import cannot_start
 from falcon.services.context import Services, stage_of, tell_moved
 from falcon.services.ports import ClusterJobs
-from falcon.services.release import observed, offer_freed_pool, record_outcome
+from falcon.services.release import observed, offer_freed_pool, record_outcome, release
 
+logger = logging.getLogger(__name__)
 Clusters = dict[str, Cluster]
 LAUNCH_GRACE = 5.0  # seconds a pick may go without a recorded run before it is started again
+# A round finishes the tasks whose pool it kept for this long at most (a Job deletion each); the
+# rest get a release run, so that many Jobs ending together never hold up following the others.
+RELEASE_IN_ROUND_SECONDS = 1.0
 
 
 def abort_unstarted(
@@ -62,18 +67,21 @@ class Followed:
     ended: list[str]  # running tasks whose Job ended, vanished, timed out or was aborted
     unreachable: dict[str, str]  # cluster id -> why its Kubernetes API did not answer this round
     offered: list[str] = field(default_factory=list)  # ended tasks whose pool was kept for the queue
+    released: list[str] = field(default_factory=list)  # of those, the ones the round finished itself
 
 
 def follow_running(services: Services, clusters: Clusters, waited_for: Set[str] = frozenset()) -> Followed:
     """One database read and one Job list per cluster with running tasks or in ``waited_for``
     (clusters tasks wait for: the same list tells whether they answer); every running task whose
     Job ended, vanished, timed out, was aborted or has pods that can never start moves to
-    releasing. A Job that ended by itself has its pool settled at once (``offer_freed_pool``)."""
+    releasing. A Job that ended by itself has its pool settled at once (``offer_freed_pool``);
+    when the pool was kept, the round finishes the task too (``_release_now``)."""
     by_cluster: dict[str, list[tuple[Progress, RunningTask]]] = {cluster_id: [] for cluster_id in waited_for}
     for progress, task in services.store.running_tasks():
         cluster_id = progress.queue.cluster_id if progress.queue else ""
         by_cluster.setdefault(cluster_id, []).append((progress, task))
     followed = Followed([], {})
+    release_until = services.clock.monotonic() + RELEASE_IN_ROUND_SECONDS
     for cluster_id, tasks in by_cluster.items():
         cluster = clusters.get(cluster_id)
         if cluster is None:
@@ -85,7 +93,7 @@ def follow_running(services: Services, clusters: Clusters, waited_for: Set[str] 
             continue  # try again next round
         except FalconError:
             continue
-        _follow_cluster(services, cluster, tasks, {j.name: j for j in listed}, followed)
+        _follow_cluster(services, cluster, tasks, {j.name: j for j in listed}, followed, release_until)
     return followed
 
 
@@ -95,6 +103,7 @@ def _follow_cluster(
     tasks: list[tuple[Progress, RunningTask]],
     jobs: dict[str, JobState],
     followed: Followed,
+    release_until: float,
 ) -> None:
     blocked = _start_failures(
         services, cluster, [jobs[t.k8s_job_name] for _, t in tasks if t.k8s_job_name in jobs]
@@ -109,6 +118,23 @@ def _follow_cluster(
         queue = progress.queue
         if pods_done and queue and offer_freed_pool(services, cluster, task.id, queue, outcome):
             followed.offered.append(task.id)
+            if services.clock.monotonic() < release_until and _release_now(services, task.id):
+                followed.released.append(task.id)
+
+
+def _release_now(services: Services, task_id: str) -> bool:
+    """Finish a task whose Job ended by itself and whose pool the round just kept: nothing is
+    left to wait for (its pods are done, its pool is the queue's), so its Job is deleted and its
+    terminal status written here, where a release run's start could add seconds (Prefect's
+    client backs off 2, 4, 8 s on a busy server). A call that fails leaves the task releasing,
+    and supervise_runs starts its release run as for any other."""
+    try:
+        outcome = release(services, task_id, pool_settled=True)
+    except FalconError as exc:
+        logger.info("event=release_in_round_failed task_id=%s error=%r", task_id, exc)
+        return False
+    logger.info("event=released task_id=%s status=%s by=round", task_id, outcome.status.value)
+    return True
 
 
 def _start_failures(services: Services, cluster: Cluster, jobs: list[JobState]) -> dict[str, Outcome]:

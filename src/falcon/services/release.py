@@ -63,8 +63,11 @@ def record_outcome(
     return moved
 
 
-def release(services: Services, task_id: str) -> Outcome:
-    """Finish a task in phase releasing: Job, node pool, terminal status. Safe to run again."""
+def release(services: Services, task_id: str, pool_settled: bool = False) -> Outcome:
+    """Finish a task in phase releasing: Job, node pool, terminal status. Safe to run again.
+
+    ``pool_settled``: the caller kept the task's pool for its queue already (the reconcile round
+    that saw the Job end by itself), so only the Job and the status are left and nothing waits."""
     task, cluster, progress = services.store.task_view_rows(task_id)
     if task is not None and progress is not None and progress.phase is Phase.DONE:
         return Outcome(task.status, task.reason, task.message or "")  # released already: nothing to do
@@ -78,7 +81,7 @@ def release(services: Services, task_id: str) -> Outcome:
         if _may_have_service(task, outcome):
             delete_service(services, cluster, service_name_for(k8s_job_name_for(task_id)))
         pool = _held_pool(services, cluster, task_id) or task.node_pool_name
-        if pool and progress.queue:
+        if pool and progress.queue and not pool_settled:
             pool_error = keep_or_delete_pool(services, cluster, pool, progress.queue, task_id, outcome)
     if pool_error:
         text = services.say(MessageKey.NODE_POOL_DELETE_FAILED, message=outcome.message, detail=pool_error)
