@@ -25,7 +25,7 @@ from tests.unit.fakes import (
     running,
 )
 
-from falcon.domain.errors import PermanentError, TemporaryError
+from falcon.domain.errors import BusyError, PermanentError, TemporaryError
 from falcon.domain.lifecycle import NodePool, Phase, PoolState, TaskEnded, failed
 from falcon.domain.messages import MessageKey
 from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, k8s_job_name_for, node_pool_name_for
@@ -156,6 +156,18 @@ def test_gke_busy_while_deleting_is_waited_out(svc: Services) -> None:
     assert release(svc, "t1").message == ""
     assert svc.store.pool("c1", POOL).state is PoolState.DELETED
     assert svc.node_pools.count("delete") == 4
+
+
+def test_a_deletion_gke_refuses_while_busy_is_asked_again_at_each_poll(svc: Services) -> None:
+    """The cluster's one operation ends within minutes: a doubled wait would keep the pool paid
+    for past it."""
+    arrivals(svc, QUEUE)
+    running(svc, "t1")
+    succeed(svc)
+    svc.node_pools.fail_delete(BusyError("cluster is running another operation"), times=4)
+    assert release(svc, "t1").message == ""
+    assert svc.clock.sleeps[:4] == [svc.settings.poll_seconds] * 4
+    assert svc.store.pool("c1", POOL).state is PoolState.DELETED
 
 
 def test_deletion_refusals_are_retried_with_doubling_waits_up_to_a_cap(svc: Services) -> None:
