@@ -308,13 +308,13 @@ def delete_orphan_pools(services: Services, clusters: Clusters) -> list[str]:
     are read after GKE's list, so a pool created while GKE lists is never taken for one: its
     record was written before its create (the chaos run caught the other order deleting a pool
     recorded a moment after the records were read)."""
-    orphans = []
+    listed: list[tuple[Cluster, list[str]]] = []
     for cluster in clusters.values():
-        try:
-            names = services.node_pools.list_names(cluster)
-        except FalconError:
-            continue
-        tracked = {(p.cluster_id, p.name) for p in services.store.pools_in(LIVE_POOL_STATES)}
+        with contextlib.suppress(FalconError):  # not listed this time: scanned again next time
+            listed.append((cluster, services.node_pools.list_names(cluster)))
+    tracked = {(p.cluster_id, p.name) for p in services.store.pools_in(LIVE_POOL_STATES)}
+    orphans = []
+    for cluster, names in listed:
         found = [n for n in names if n.startswith(NODE_POOL_PREFIX) and (cluster.id, n) not in tracked]
         for name in found:
             _request_delete(services, cluster, name)

@@ -80,8 +80,8 @@ def release(services: Services, task_id: str, pool_settled: bool = False) -> Out
             delete_job(services, cluster, task.k8s_job_name)
         if _may_have_service(task, outcome):
             delete_service(services, cluster, service_name_for(k8s_job_name_for(task_id)))
-        pool = _held_pool(services, cluster, task_id) or task.node_pool_name
-        if pool and progress.queue and not pool_settled:
+        pool = None if pool_settled else _held_pool(services, cluster, task_id) or task.node_pool_name
+        if pool and progress.queue:
             pool_error = keep_or_delete_pool(services, cluster, pool, progress.queue, task_id, outcome)
     if pool_error:
         text = services.say(MessageKey.NODE_POOL_DELETE_FAILED, message=outcome.message, detail=pool_error)
