@@ -209,28 +209,29 @@ def test_flow_runs_execute_as_kubernetes_jobs_of_the_work_pool_and_a_task_succee
     finally:
         stop(worker)
     assert len(jobs["dispatcher"]) == 1
-    assert all(complete(job) for name in ("task-lifecycle", "task-release") for job in jobs[name])
+    assert all(complete(job) for name in ("task-lifecycle", "task-release") for job in jobs.get(name, []))
     assert_runs_completed(prefect_server)
 
 
 def until_released(emulator: EmulatorServer) -> dict[str, list[k8s.V1Job]]:
-    """The release's Job finishes shortly after it wrote the terminal status."""
+    """The task's flow-run Jobs all finished: its lifecycle run's, and its release run's when it
+    had one (a pool the round kept ends the task without a release run)."""
     deadline = time.monotonic() + 60
     while True:
         jobs = flow_run_jobs(emulator)
-        releases = jobs.get("task-release", [])
-        if releases and all(complete(job) for job in releases):
+        runs = [job for name in ("task-lifecycle", "task-release") for job in jobs.get(name, [])]
+        if runs and all(complete(job) for job in runs):
             return jobs
         assert time.monotonic() < deadline, {name: len(found) for name, found in jobs.items()}
         time.sleep(0.5)
 
 
 def assert_runs_completed(api_url: str) -> None:
-    """The task's acquire and release runs ended Completed in Prefect (the pods reported them)."""
+    """The task's acquire run (and release run, if any) ended Completed in Prefect (the pods
+    reported them)."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
         states = {r.name: r.state.type.value for r in client.read_flow_runs() if r.state is not None}
-    assert (states.get("acquire-k8s-001"), states.get("release-k8s-001")) == ("COMPLETED", "COMPLETED"), (
-        states
-    )
+    assert states.get("acquire-k8s-001") == "COMPLETED", states
+    assert states.get("release-k8s-001") in ("COMPLETED", None), states  # none when the round kept the pool
