@@ -379,7 +379,7 @@ def _run(
         )
         with _faults(emulator.url, plan), _running(worker):
             _drive(plan, db_url, worker, prefect, report)
-            report.seconds_to_clean = _wait_clean(emulator.url, reserved, plan.clean_seconds)
+            report.seconds_to_clean = _wait_clean(emulator.url, reserved, worker, plan.clean_seconds)
         _judge(plan, db_url, emulator.url, reserved, events, report)
         report.worker_starts = worker.starts
 
@@ -522,9 +522,13 @@ def _leftovers(emulator_url: str, reserved: dict[str, int]) -> list[str]:
     return left
 
 
-def _wait_clean(emulator_url: str, reserved: dict[str, int], seconds: float) -> float:
+def _wait_clean(emulator_url: str, reserved: dict[str, int], worker: FalconProcess, seconds: float) -> float:
+    """Until the fleet is clean; the worker still crashes itself here (e.g. between marking a pool
+    deleting and deleting it), and is restarted as its supervisor would restart it."""
     started = time.monotonic()
     while time.monotonic() - started < seconds and _leftovers(emulator_url, reserved):
+        if worker.exited():
+            worker.start()
         time.sleep(1)
     return time.monotonic() - started
 
