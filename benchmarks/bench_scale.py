@@ -30,7 +30,7 @@ Measured:
 * the dispatcher's tick (intake, aborts, picks, launches) and, apart, its reconcile round (following
   Jobs, supervising runs, reaping, warming), each a loop of its own:
   ``falcon_dispatcher_tick_seconds`` and ``falcon_dispatcher_reconcile_seconds``
-  ``{part="total"|"falcon"|"prefect"|"database"|"cpu"|"runqueue"}`` (database: in the task
+  ``{part="total"|"falcon"|"prefect"|"database"|"cpu"|"runqueue"|"gc"}`` (database: in the task
   store's transactions; cpu: the loop thread's CPU time; runqueue: its wait for a core) scraped
   from its ``/metrics`` at the window's edges;
   p50/p99 interpolated within the histogram's buckets (the bucket holding each quantile is
@@ -72,6 +72,7 @@ import yaml
 from local_stack import run_main
 from mysql_server import mariadb
 from scale_metrics import (
+    GC_METRIC,
     RECONCILE_METRIC,
     TICK_METRIC,
     Histogram,
@@ -346,8 +347,8 @@ LOOPS = {"tick": TICK_METRIC, "reconcile": RECONCILE_METRIC}
 
 
 def scrape(port: int) -> dict[str, Histogram]:
-    """The dispatcher's histograms keyed "<loop>/<part>" (tick/total, reconcile/falcon, ...);
-    empty if it does not (yet) export them."""
+    """The dispatcher's histograms keyed "<loop>/<part>" (tick/total, reconcile/falcon, ...) and
+    its process's garbage collections keyed "gc/<generation>"; empty if it does not (yet) export them."""
     if not port:
         return {}
     try:
@@ -356,11 +357,13 @@ def scrape(port: int) -> dict[str, Histogram]:
         return {}
     if answer.status_code != 200:
         return {}
-    return {
+    loops = {
         f"{loop}/{part}": histogram
         for loop, metric in LOOPS.items()
         for part, histogram in histograms(answer.text, metric, "part").items()
     }
+    collections = histograms(answer.text, GC_METRIC, "generation")
+    return loops | {f"gc/{generation}": histogram for generation, histogram in collections.items()}
 
 
 # --- phases -------------------------------------------------------------------------------------
@@ -413,10 +416,12 @@ def _brief(counts: Counter[str]) -> str:
 
 
 def tick_table(window: dict[str, Histogram]) -> dict[str, Any]:
-    """p50/p99 and the mean of each loop's parts over a window, with the bucket each quantile lies in."""
+    """p50/p99 and the mean of each loop's parts, and of each generation's garbage collections (a
+    row's "ticks" are then collections), over a window, with the bucket each quantile lies in."""
     table: dict[str, Any] = {}
-    parts = ("total", "falcon", "prefect", "database", "cpu", "runqueue")
-    for part in (f"{loop}/{part}" for loop in LOOPS for part in parts):
+    parts = ("total", "falcon", "prefect", "database", "cpu", "runqueue", "gc")
+    rows = [*(f"{loop}/{part}" for loop in LOOPS for part in parts), "gc/0", "gc/1", "gc/2"]
+    for part in rows:
         histogram = window.get(part)
         if histogram is None or histogram.count <= 0:
             table[part] = None

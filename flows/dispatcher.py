@@ -30,7 +30,7 @@ from prefect.context import FlowRunContext
 from falcon.adapters.artifacts import ViewArtifact
 from falcon.adapters.clock import StoppableClock, utc_now
 from falcon.adapters.health import database_check, prefect_check, serving_health
-from falcon.adapters.metrics import RECONCILE_SECONDS, timed_tick
+from falcon.adapters.metrics import GC_PAUSES, RECONCILE_SECONDS, timed_tick
 from falcon.adapters.runs import ThreadLauncher, next_scheduled_start
 from falcon.bootstrap import services, serving
 from falcon.services.context import Services
@@ -45,6 +45,7 @@ _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | N
 
 @flow(name="dispatcher")
 def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = None) -> int:
+    GC_PAUSES.install()
     with runs_in_process(services()) as svc:
         settings = svc.settings
         work, log = Dispatcher(svc, publish=ViewArtifact()), get_run_logger()

@@ -13,6 +13,7 @@ Label ``cluster`` is the cluster's name (``ClusterLabels``), ``topology`` the qu
 from __future__ import annotations
 
 import functools
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -47,7 +48,7 @@ TICK_SECONDS = Histogram(
     "falcon_dispatcher_tick_seconds",
     "one dispatcher tick (intake, aborts, picks, launches): total, Falcon's own work (total minus"
     " Prefect), the Prefect API calls; of Falcon's work, the database transactions; the thread's CPU"
-    " time, and its wait for a core (runqueue)",
+    " time, and its wait for a core (runqueue); the process's garbage collections during it (gc)",
     ["part"],
     buckets=_STEP_BUCKETS,
 )
@@ -104,6 +105,39 @@ IN_PREFECT = ThreadTime()
 IN_DATABASE = ThreadTime()  # a transaction of the task store, from its session's start to its commit
 
 
+GC_PAUSE_SECONDS = Histogram(
+    "falcon_gc_pause_seconds",
+    "one collection of Python's cyclic garbage collector, which stops every thread of the process",
+    ["generation"],
+    buckets=_STEP_BUCKETS,
+)
+
+
+class CollectorPauses:
+    """The wall time the cyclic garbage collector has held this process, summed (``seconds``) and
+    per collection (``falcon_gc_pause_seconds``). A collection holds the interpreter lock
+    whichever thread set it off, so a tick pays for one that a flow run's thread started."""
+
+    def __init__(self) -> None:
+        self._began = 0.0
+        self.seconds = 0.0
+
+    def __call__(self, phase: str, info: Mapping[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        pause = time.perf_counter() - self._began
+        self.seconds += pause
+        GC_PAUSE_SECONDS.labels(str(info["generation"])).observe(pause)
+
+    def install(self) -> None:
+        if self not in gc.callbacks:
+            gc.callbacks.append(self)
+
+
+GC_PAUSES = CollectorPauses()
+
+
 def prefect_call(call: Callable[P, R]) -> Callable[P, R]:
     """Count the wall time of a Prefect API call against the calling thread (``IN_PREFECT``)."""
 
@@ -120,13 +154,15 @@ def timed_tick(tick: Callable[[], R], histogram: Histogram = TICK_SECONDS) -> Ca
 
     ``falcon`` is the tick minus its Prefect calls; of it, ``database`` was spent in the task
     store's transactions. Of the whole tick, ``cpu`` is its thread's CPU time and ``runqueue`` the
-    time the thread was ready but waited for a core (Linux; 0 elsewhere). The rest of a tick is
+    time the thread was ready but waited for a core (Linux; 0 elsewhere); ``gc`` the garbage
+    collections of the process during it (once ``GC_PAUSES`` is installed). The rest of a tick is
     waiting: on the servers, or for the interpreter lock the process's other threads hold."""
 
     def observed() -> R:
         # Read inside out, so the CPU and run-queue intervals lie within the tick's wall time.
         began, cpu_before, queued_before = time.perf_counter(), time.thread_time(), runqueue_seconds()
         prefect_before, database_before = IN_PREFECT.seconds(), IN_DATABASE.seconds()
+        gc_before = GC_PAUSES.seconds
         try:
             return tick()
         finally:
@@ -139,6 +175,7 @@ def timed_tick(tick: Callable[[], R], histogram: Histogram = TICK_SECONDS) -> Ca
             histogram.labels("database").observe(IN_DATABASE.seconds() - database_before)
             histogram.labels("cpu").observe(cpu)
             histogram.labels("runqueue").observe(max(0.0, queued))
+            histogram.labels("gc").observe(GC_PAUSES.seconds - gc_before)
 
     return observed
 
