@@ -29,6 +29,7 @@ from prefect.context import FlowRunContext
 
 from falcon.adapters.artifacts import ViewArtifact
 from falcon.adapters.clock import StoppableClock, utc_now
+from falcon.adapters.collector import full_collections_between_ticks
 from falcon.adapters.health import database_check, prefect_check, serving_health
 from falcon.adapters.metrics import GC_PAUSES, RECONCILE_SECONDS, timed_tick
 from falcon.adapters.runs import ThreadLauncher, next_scheduled_start
@@ -46,11 +47,16 @@ _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | N
 @flow(name="dispatcher")
 def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = None) -> int:
     GC_PAUSES.install()
-    with runs_in_process(services()) as svc:
+    with runs_in_process(services()) as svc, full_collections_between_ticks() as collections:
         settings = svc.settings
         work, log = Dispatcher(svc, publish=ViewArtifact()), get_run_logger()
         ticking = DispatcherLoop(
-            timed_tick(work.pick_tick), svc.clock, tick_seconds or settings.tick_seconds, log, name="tick"
+            timed_tick(work.pick_tick),
+            svc.clock,
+            tick_seconds or settings.tick_seconds,
+            log,
+            name="tick",
+            between_ticks=collections.between_ticks,
         )
         reconciling = DispatcherLoop(
             timed_tick(work.reconcile, RECONCILE_SECONDS),

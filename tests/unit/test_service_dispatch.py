@@ -372,6 +372,30 @@ def test_stop_during_a_tick_finishes_that_tick_and_waits_no_more() -> None:
     assert len(clock.sleeps) == 2  # no wait after the third tick: the loop returns at once
 
 
+def test_housekeeping_between_ticks_takes_from_the_wait_not_from_the_next_tick() -> None:
+    """A tick of 0.2 s, then 0.1 s of housekeeping: the wait is 0.2 s and ticks stay on the
+    period. The tick a stop ends is not followed by housekeeping."""
+    clock, ticks, between = FakeClock(), [], []
+
+    def tick() -> TickReport:
+        ticks.append(clock.monotonic())
+        clock.advance(0.2)
+        if len(ticks) == 3:
+            loop.stop.set()
+        return TickReport()
+
+    def housekeeping() -> None:
+        between.append(clock.monotonic())
+        clock.advance(0.1)
+
+    log = logging.getLogger(__name__)
+    loop = DispatcherLoop(tick, clock, 0.5, log, wait=clock.sleep, between_ticks=housekeeping)
+    assert loop.run(3600) == 3
+    assert ticks == [0.0, 0.5, 1.0]
+    assert between == [pytest.approx(0.2), pytest.approx(0.7)]
+    assert clock.sleeps == [pytest.approx(0.2)] * 2
+
+
 def test_stop_before_the_first_tick_runs_none() -> None:
     ticks: list[float] = []
     loop, _ = looping(ticks)

@@ -369,7 +369,8 @@ class DispatcherLoop:
     supervise_runs restarts both), and the wait for the next tick is cut short. ``nudge`` cuts
     that wait short too, for one more tick at once (a nudge during a tick: right after it). Each
     tick's end is noted for liveness, failed ticks included: a failing tick is the database's
-    trouble, which readiness reports; only a loop that stops ticking is wedged.
+    trouble, which readiness reports; only a loop that stops ticking is wedged. ``between_ticks``
+    runs after each tick, in the time up to the next: housekeeping that must not land inside one.
     """
 
     def __init__(
@@ -380,9 +381,10 @@ class DispatcherLoop:
         log: logging.Logger | logging.LoggerAdapter[logging.Logger],
         wait: Callable[[float], object] | None = None,
         name: str = "loop",
+        between_ticks: Callable[[], object] = lambda: None,
     ) -> None:
         self._tick, self._clock, self._period, self._log = tick, clock, period, log
-        self.name = name
+        self.name, self._between_ticks = name, between_ticks
         self._woken = threading.Event()
         self.stop: threading.Event = _StopEvent(self._woken)
         self._wait = wait or self._woken.wait  # real time: a stop or a nudge ends the wait at once
@@ -397,17 +399,18 @@ class DispatcherLoop:
         ticks = 0
         while not self.stop.is_set() and (started := self._clock.monotonic()) < deadline:
             self._woken.clear()
-            pause = max(0.0, started + self._period - self._timed_tick())  # a tick starts every period
+            self._timed_tick()
             ticks += 1
             if not self.stop.is_set():
-                self._wait(pause)
+                self._between_ticks()
+                self._wait(max(0.0, started + self._period - self._clock.monotonic()))  # one per period
         return ticks
 
     def liveness(self, bound: float) -> Verdict:
         return liveness(self.last_tick, self._clock.monotonic(), bound, self.name)
 
-    def _timed_tick(self) -> float:
-        """One tick, its failure logged and followed by a back-off; returns when it ended."""
+    def _timed_tick(self) -> None:
+        """One tick, its failure logged and followed by a back-off."""
         try:
             report = self._tick()
             if report:
@@ -416,7 +419,6 @@ class DispatcherLoop:
             self._log.exception("event=tick_failed")
             self._wait(min(5.0, self._period * 4))
         self.last_tick = self._clock.monotonic()
-        return self.last_tick
 
 
 def run_beside(main: DispatcherLoop, beside: DispatcherLoop, run_seconds: float) -> int:
