@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
+from time import monotonic
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import ConnectionPoolEntry
 
 
 @lru_cache(maxsize=8)
@@ -18,7 +21,45 @@ def engine_for(url: str) -> sa.Engine:
         engine = sa.create_engine(url, connect_args={"timeout": 30})
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return sa.create_engine(url, pool_pre_ping=True, pool_recycle=1800)
+    engine = sa.create_engine(url, pool_recycle=1800, pool_use_lifo=True, pool_reset_on_return=None)
+    sa.event.listen(engine, "checkin", _note_return)
+    sa.event.listen(engine, "checkout", partial(_ping_if_idle, engine.dialect))
+    return engine
+
+
+# A pooled connection idle longer than this is pinged before use: a server restarted (or a
+# proxy's idle cut) since would otherwise fail the transaction it is given.
+PING_AFTER_IDLE_SECONDS = 5.0
+
+
+def _note_return(_dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
+    record.info["returned_at"] = monotonic()
+
+
+def _ping_if_idle(
+    dialect: sa.Dialect, dbapi_connection: Any, record: ConnectionPoolEntry, _proxy: Any
+) -> None:
+    """SQLAlchemy's ``pool_pre_ping``, for connections that sat idle: it pings on every checkout,
+    one round trip of the ~5 a dispatcher transaction has, each a wait for the interpreter lock
+    in a busy process (6 ms a round trip beside one CPU-bound thread). The connections the
+    dispatcher's loops use twice a second (the pool hands out the last returned) are not pinged;
+    a restart of the server between two such uses fails one transaction, which the loops and
+    the steps' retries take. Raising DisconnectionError makes the pool replace the connection.
+
+    The pool's rollback-on-return is off too (``pool_reset_on_return=None``): every connection
+    comes back through a Connection or Session, which ends its transaction itself (commit, or a
+    rollback on close), so that rollback was a second round trip after every commit."""
+    returned_at = record.info.get("returned_at")
+    if returned_at is None or monotonic() - returned_at < PING_AFTER_IDLE_SECONDS:
+        return
+    try:
+        alive = dialect.do_ping(dbapi_connection)
+    except Exception as exc:  # the driver's own errors, whatever the driver
+        raise sa.exc.DisconnectionError(
+            f"a connection idle {monotonic() - returned_at:.0f} s is gone"
+        ) from exc
+    if not alive:
+        raise sa.exc.DisconnectionError("a connection idle too long did not answer its ping")
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
