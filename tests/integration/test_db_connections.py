@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import pymysql
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import OperationalError
 
 from falcon.adapters.db import session
 from falcon.adapters.db.session import engine_for, session_scope
-from tests.conftest import new_mysql_database
+from tests.conftest import mysql_url, new_mysql_database
 
 
 @pytest.fixture
@@ -33,12 +32,9 @@ def _connection_and_rollbacks(url: str) -> tuple[int, int]:
 
 def _kill(mysql_proc: object, connection_id: int) -> None:
     """The server drops one connection, as a restart or a proxy's idle cut would."""
-    admin = pymysql.connect(user="root", unix_socket=mysql_proc.unixsocket)  # type: ignore[attr-defined]
-    try:
-        with admin.cursor() as cursor:
-            cursor.execute(f"KILL CONNECTION {connection_id}")
-    finally:
-        admin.close()
+    admin = sa.create_engine(mysql_url(mysql_proc, "mysql"), poolclass=sa.NullPool)
+    with admin.connect() as connection:
+        connection.execute(sa.text(f"KILL CONNECTION {connection_id}"))
 
 
 def test_a_transaction_returns_its_connection_without_a_rollback(url: str) -> None:
