@@ -39,9 +39,9 @@ def _note_return(_dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
 def _ping_if_idle(
     dialect: sa.Dialect, dbapi_connection: Any, record: ConnectionPoolEntry, _proxy: Any
 ) -> None:
-    """SQLAlchemy's ``pool_pre_ping``, for connections that sat idle: it pings on every checkout,
-    one round trip of the ~5 a dispatcher transaction has, each a wait for the interpreter lock
-    in a busy process (6 ms a round trip beside one CPU-bound thread). The connections the
+    """SQLAlchemy's ``pool_pre_ping`` for connections that sat idle only. That option pings on
+    every checkout: one round trip of the ~5 a dispatcher transaction has, each a wait for the
+    interpreter lock in a busy process (6 ms a round trip beside one CPU-bound thread). The connections the
     dispatcher's loops use twice a second (the pool hands out the last returned) are not pinged;
     a restart of the server between two such uses fails one transaction, which the loops and
     the steps' retries take. Raising DisconnectionError makes the pool replace the connection.
