@@ -21,6 +21,10 @@ def engine_for(url: str) -> sa.Engine:
         engine = sa.create_engine(url, connect_args={"timeout": 30})
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         return engine
+    # No rollback when a connection is returned: each comes back through a Connection or Session,
+    # which ends its transaction itself (a commit, or a rollback on close), so the pool's rollback
+    # was one more round trip after every commit. The last returned is handed out first, so the
+    # dispatcher's loops keep using connections that are never idle long enough to be pinged.
     engine = sa.create_engine(url, pool_recycle=1800, pool_use_lifo=True, pool_reset_on_return=None)
     sa.event.listen(engine, "checkin", _note_return)
     sa.event.listen(engine, "checkout", partial(_ping_if_idle, engine.dialect))
@@ -41,23 +45,19 @@ def _ping_if_idle(
 ) -> None:
     """SQLAlchemy's ``pool_pre_ping`` for connections that sat idle only. That option pings on
     every checkout: one round trip of the ~5 a dispatcher transaction has, each a wait for the
-    interpreter lock in a busy process (6 ms a round trip beside one CPU-bound thread). The connections the
-    dispatcher's loops use twice a second (the pool hands out the last returned) are not pinged;
-    a restart of the server between two such uses fails one transaction, which the loops and
-    the steps' retries take. Raising DisconnectionError makes the pool replace the connection.
-
-    The pool's rollback-on-return is off too (``pool_reset_on_return=None``): every connection
-    comes back through a Connection or Session, which ends its transaction itself (commit, or a
-    rollback on close), so that rollback was a second round trip after every commit."""
+    interpreter lock in a busy process (6 ms a round trip beside one CPU-bound thread). A restart
+    of the server between two close uses of a connection fails one transaction, which the loops
+    and the steps' retries take. Raising DisconnectionError makes the pool replace the connection."""
     returned_at = record.info.get("returned_at")
-    if returned_at is None or monotonic() - returned_at < PING_AFTER_IDLE_SECONDS:
+    if returned_at is None:  # a new connection
+        return
+    idle = monotonic() - returned_at
+    if idle < PING_AFTER_IDLE_SECONDS:
         return
     try:
         alive = dialect.do_ping(dbapi_connection)
     except Exception as exc:  # the driver's own errors, whatever the driver
-        raise sa.exc.DisconnectionError(
-            f"a connection idle {monotonic() - returned_at:.0f} s is gone"
-        ) from exc
+        raise sa.exc.DisconnectionError(f"a connection idle {idle:.0f} s is gone") from exc
     if not alive:
         raise sa.exc.DisconnectionError("a connection idle too long did not answer its ping")
 
