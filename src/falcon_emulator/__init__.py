@@ -103,7 +103,8 @@ What is modelled
   events, services, serviceaccounts, secrets (``stringData`` merged into base64 ``data``, ``secrets``),
   batch/v1 jobs; list (label selectors with equality and set-based terms,
   field selectors, limit/continue), get, create (no Content-Type = JSON, dryRun), merge/strategic/JSON patch,
-  PUT with resourceVersion conflicts, delete (Job propagation Orphan by default, Background, Foreground), and
+  PUT with resourceVersion conflicts, a ``metadata.uid`` that is not the object's refused (PUT 409, PATCH
+  422), delete (Job propagation Orphan by default, Background, Foreground), and
   watch (NDJSON, resume from resourceVersion, 410 Expired once compacted, timeoutSeconds, bookmarks, DELETED
   with the final state, DELETED when an object stops matching the selector). Errors are ``Status`` objects.
   Events are deduplicated (count/lastTimestamp) and expire after ``eventTtlSeconds``.
@@ -113,7 +114,8 @@ What is modelled
   with the autoscaling/v1 /scale subresource (``apps``).
 * Controllers, advanced by one asyncio loop every ``tickSeconds``: ServiceAccount controller, Job controller
   (parallelism/completions, Indexed mode, backoffLimit, activeDeadlineSeconds, FailureTarget -> Failed,
-  SuccessCriteriaMet -> Complete, ttlSecondsAfterFinished, suspend), scheduler (nodeSelector, required node
+  SuccessCriteriaMet -> Complete, ttlSecondsAfterFinished, suspend with its Suspended condition and
+  Suspended/Resumed events, startTime restarted on resume), scheduler (nodeSelector, required node
   affinity, taints/tolerations, ``google.com/tpu`` capacity, pod count, FailedScheduling events), kubelet
   (ContainerCreating -> Running -> terminated, scripted by EMULATOR_RUN_SECONDS / EMULATOR_EXIT_CODE /
   EMULATOR_OOM / EMULATOR_STDOUT; env ``secretKeyRef`` read from the Secret, a missing one holding the
@@ -202,7 +204,8 @@ What is modelled
   |                | writes.                                                  |                              |
   +----------------+----------------------------------------------------------+------------------------------+
 * Admin: ``GET /emulator/state`` (pools, reservations, per cluster the Job creations accepted and
-  refused as duplicates, faults injected by kind), ``POST/GET/DELETE /emulator/faults`` (faults.py:
+  refused as duplicates, the Job names created more than once and run (pods made) by more than one Job
+  object, faults injected by kind), ``POST/GET/DELETE /emulator/faults`` (faults.py:
   an HTTP error in each API's own shape, a delay past the client's timeout after which the request is
   still carried out, a connection reset with no response, a probability from a seeded RNG, a duration),
   ``POST /emulator/clusters/<p>/<l>/<c>/compact`` (forget watch history),

@@ -147,6 +147,7 @@ def _cluster(cluster: ClusterState) -> JSON:
             "jobsCreated": sum(cluster.job_creations.values()),
             "jobCreatesRefused": cluster.job_creates_refused,
             "jobsCreatedMoreThanOnce": sorted(k for k, n in cluster.job_creations.items() if n > 1),
+            "jobsRunMoreThanOnce": sorted(k for k, uids in cluster.job_runs.items() if len(uids) > 1),
         },
         "objects": objects,
     }

@@ -75,6 +75,7 @@ def _step(
     state: EmulatorState, cluster: ClusterState, job: JSON, runtime: JobRuntime, pods: list[JSON]
 ) -> None:
     spec = job["spec"]
+    _suspension(cluster, job, bool(spec.get("suspend")))
     if not spec.get("suspend") and not job["status"].get("startTime"):
         job["status"]["startTime"] = rfc3339()
     target = _target(job)
@@ -98,6 +99,20 @@ def _step(
                 delete_pod(state, cluster, pod)
         return
     _create_missing(cluster, job, runtime, [p for p in pods if not is_terminal(p) and not is_deleting(p)])
+
+
+def _suspension(cluster: ClusterState, job: JSON, suspended: bool) -> None:
+    """The Suspended condition and its event, as kube-controller-manager sets them. A Job created
+    unsuspended gets no condition; resuming restarts startTime (activeDeadlineSeconds counts the
+    time a Job is active)."""
+    current = (condition(job, "Suspended") or {}).get("status")
+    if suspended and current != "True":
+        set_condition(job, "Suspended", "True", "JobSuspended", "Job suspended")
+        record_event(cluster, job, "Suspended", "Job suspended", component=_COMPONENT)
+    elif not suspended and current == "True":
+        set_condition(job, "Suspended", "False", "JobResumed", "Job resumed")
+        record_event(cluster, job, "Resumed", "Job resumed", component=_COMPONENT)
+        job["status"]["startTime"] = rfc3339()
 
 
 def _count(runtime: JobRuntime, pods: list[JSON]) -> None:
@@ -219,6 +234,7 @@ def _create_pod(cluster: ClusterState, job: JSON, runtime: JobRuntime, index: in
             _failed_create(cluster, job, error.message)
         return False
     runtime.known.add(prepared["metadata"]["uid"])
+    cluster.job_runs[f"{namespace}/{job['metadata']['name']}"].add(job["metadata"]["uid"])
     record_event(
         cluster, job, "SuccessfulCreate", f"Created pod: {prepared['metadata']['name']}", component=_COMPONENT
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -258,6 +258,9 @@ class ClusterState:
     unschedulable_since: dict[str, float] = field(default_factory=dict)  # pod uid -> last FailedScheduling
     job_creations: Counter[str] = field(default_factory=Counter)  # "namespace/name" -> creations accepted
     job_creates_refused: int = 0  # Job POSTs refused because the name already existed (409)
+    job_runs: defaultdict[str, set[str]] = field(
+        default_factory=lambda: defaultdict(set)
+    )  # name -> uids with pods
     next_ip: int = 2
     next_gc: float = 0.0  # monotonic time of the next event expiry sweep
 

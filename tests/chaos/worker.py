@@ -1,6 +1,6 @@
 """One Falcon process of the chaos run: the dispatcher flow, with the lifecycle and release flows in
 threads of the same process, over services whose effects may be followed by this process's own
-SIGKILL: right after a node-pool create or delete was accepted, a Job created or deleted, or a row
+SIGKILL: right after a node-pool create or delete was accepted, a Job created, resumed or deleted, or a row
 written, before the next step could record it. The chaos run also kills the process from outside
 at random moments, and restarts it each time.
 
@@ -32,7 +32,7 @@ from tests.integration.launcher import InProcessLauncher
 # The calls after which a crash leaves an effect unrecorded, or a row half-way through its steps.
 CRASH_AFTER = {
     "node_pools": {"create", "delete"},
-    "jobs": {"create_job", "delete_job", "ensure_service"},
+    "jobs": {"create_job", "resume_job", "delete_job", "ensure_service"},
     "store": {
         "start_acquiring",
         "set_acquire_run",

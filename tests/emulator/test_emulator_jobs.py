@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
-from emu_helpers import Kube, condition_types, container, events_for, job, job_finished, pods_of, wait_for
+import pytest
+from emu_helpers import (
+    Kube,
+    admin,
+    condition_types,
+    container,
+    events_for,
+    job,
+    job_finished,
+    pods_of,
+    wait_for,
+)
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from falcon_emulator.server import EmulatorServer
 
 V6E_2X4 = {
     "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
@@ -204,3 +220,77 @@ def test_delete_job_with_foreground_keeps_job_until_pods_are_gone(work: Kube, na
     work.batch.delete_namespaced_job("fg", namespace, body=options)
     wait_for(lambda: not work.batch.list_namespaced_job(namespace).items)
     assert not pods_of(work, namespace, "fg")
+
+
+def test_a_job_created_suspended_runs_no_pod_until_resumed_and_starts_its_clock_then(
+    work: Kube, namespace: str
+) -> None:
+    created = work.batch.create_namespaced_job(namespace, job("held", suspend=True))
+    held = wait_for(lambda: _with_condition(work, namespace, "held", "Suspended", "True"))
+    assert held.status.start_time is None and not pods_of(work, namespace, "held")
+    resume = {"metadata": {"uid": created.metadata.uid}, "spec": {"suspend": False}}
+    work.batch.patch_namespaced_job("held", namespace, resume)
+    finished = wait_for(lambda: job_finished(work, namespace, "held"))
+    [suspended] = [c for c in finished.status.conditions if c.type == "Suspended"]
+    assert (suspended.status, suspended.reason, suspended.message) == ("False", "JobResumed", "Job resumed")
+    assert finished.status.start_time and len(pods_of(work, namespace, "held")) == 1
+    assert {"Suspended", "Resumed"} <= {e.reason for e in events_for(work, namespace, "held")}
+
+
+def test_a_write_naming_another_objects_uid_is_refused_and_changes_nothing(
+    work: Kube, namespace: str
+) -> None:
+    """The uid in a body guards against a write landing on a namesake made after a deletion: a
+    PATCH fails validation (uid is immutable, 422), a PUT its precondition (409)."""
+    work.batch.create_namespaced_job(namespace, job("namesake", suspend=True))
+    stale = {"metadata": {"uid": "0b6f2c1e-0000-4000-8000-000000000000"}, "spec": {"suspend": False}}
+    with pytest.raises(ApiException) as patched:
+        work.batch.patch_namespaced_job("namesake", namespace, stale)
+    assert patched.value.status == 422
+    assert json.loads(patched.value.body)["message"] == (
+        'Job.batch "namesake" is invalid: metadata.uid: Invalid value: '
+        '"0b6f2c1e-0000-4000-8000-000000000000": field is immutable'
+    )
+    current = work.batch.read_namespaced_job("namesake", namespace)
+    current.metadata.uid = "0b6f2c1e-0000-4000-8000-000000000000"
+    with pytest.raises(ApiException) as replaced:
+        work.batch.replace_namespaced_job("namesake", namespace, current)
+    assert replaced.value.status == 409 and "Precondition failed: UID in precondition" in str(
+        replaced.value.body
+    )
+    assert work.batch.read_namespaced_job("namesake", namespace).spec.suspend is True
+
+
+def test_a_name_counts_as_run_twice_only_once_a_second_job_of_that_name_made_pods(
+    emulator: EmulatorServer, work: Kube, namespace: str
+) -> None:
+    key = f"{namespace}/again"
+    work.batch.create_namespaced_job(namespace, job("again"))
+    wait_for(lambda: job_finished(work, namespace, "again"))
+    _delete(work, namespace, "again")
+    work.batch.create_namespaced_job(namespace, job("again", suspend=True))  # a late copy, held
+    wait_for(lambda: _with_condition(work, namespace, "again", "Suspended", "True"))
+    counters = _counters(emulator)
+    assert key in counters["jobsCreatedMoreThanOnce"] and key not in counters["jobsRunMoreThanOnce"]
+    _delete(work, namespace, "again")
+    work.batch.create_namespaced_job(namespace, job("again"))
+    wait_for(lambda: key in _counters(emulator)["jobsRunMoreThanOnce"])
+
+
+def _delete(kube: Kube, namespace: str, name: str) -> None:
+    kube.batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+    wait_for(
+        lambda: not [j for j in kube.batch.list_namespaced_job(namespace).items if j.metadata.name == name]
+    )
+
+
+def _with_condition(kube: Kube, namespace: str, name: str, kind: str, status: str) -> k8s.V1Job | None:
+    current = kube.batch.read_namespaced_job(name, namespace)
+    found = [c for c in current.status.conditions or [] if c.type == kind and c.status == status]
+    return current if found else None
+
+
+def _counters(emulator: EmulatorServer) -> dict[str, Any]:
+    state = admin(emulator.url, "/emulator/state")
+    found: dict[str, Any] = next(c for c in state["clusters"] if c["name"] == "work")["counters"]
+    return found

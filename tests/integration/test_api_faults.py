@@ -1,8 +1,9 @@
 """A task survives the faults GKE, Compute and Kubernetes throw at it: about 30 % of all their calls
 failing (GKE 503, Compute 429, apiserver 500), connection resets, and a node-pool create and a Job
 create answered only after the client gave up (the server still carried them out). It still reaches
-Succeeded, with one node pool created and one Job created. A fault that outlasts the configured
-tries ends the task instead of the run.
+Succeeded, with one node pool created and one Job created. A Job create that reaches the API
+server only after the task's Job ran, ended and was deleted makes a copy that never runs, and the
+orphan sweep deletes it. A fault that outlasts the configured tries ends the task instead of the run.
 
 SQLite only: the database plays no part in classifying and retrying API errors."""
 
@@ -15,10 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
+from falcon.domain.model import k8s_job_name_for
 from falcon.domain.status import Reason, Status
 from falcon.services.context import Services
+from falcon.services.reconcile import delete_orphan_jobs
 from falcon_emulator.server import EmulatorServer
-from tests.integration.harness import Driver, emulator_counters, submit, task_row, with_env
+from tests.integration.harness import CLUSTER, Driver, emulator_counters, submit, task_row, with_env
 from tests.integration.test_failures import provision_run_counts
 
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -58,9 +61,36 @@ def test_a_task_succeeds_through_api_faults_without_duplicates(
     assert task_row(services, "t-faults").status is Status.SUCCEEDED, driver.history
     counters = emulator_counters(emulator)
     assert (counters["nodePoolsCreated"], counters["jobsCreated"]) == (1, 1)
-    assert counters["jobCreatesRefused"] == 1  # the retry of the Job create that was answered too late
+    # The retry of the create answered too late meets 409, as does every retry of the dispatch step
+    # after a failed resume (the step creates, then finds the Job by name).
+    assert counters["jobCreatesRefused"] >= 1 and counters["jobsRunMoreThanOnce"] == []
     injected = httpx.get(f"{emulator.url}/emulator/state").json()["faultsInjected"]
     assert {"delay", "reset", "503", "429", "500"} <= injected.keys(), injected
+
+
+def test_a_job_create_landing_after_the_task_ended_makes_a_copy_that_never_runs_and_is_swept(
+    services: Services, db_url: str, emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chaos run's duplicate: the first create is answered after the client gave up, and the
+    API server carries it out only after the retried create's Job ran, ended and was deleted."""
+    late_by = 6.0  # the create is carried out this long after it was sent; the task takes ~2 s
+    driver = Driver(under_faults(services, monkeypatch))
+    late = {"method": "POST", "pathRegex": "/jobs$", "delaySeconds": late_by, "times": 1}
+    httpx.post(f"{emulator.url}/emulator/faults", json={"rules": [late]}).raise_for_status()
+    submit(db_url, "t-late", "alice", "2x2", run_seconds=0.1)
+
+    driver.run_until_done(["t-late"], seconds=60)
+    assert task_row(services, "t-late").status is Status.SUCCEEDED, driver.history
+    assert emulator_counters(emulator)["jobsCreated"] == 1  # the late create has not landed yet
+
+    deadline = time.monotonic() + late_by + 5
+    while emulator_counters(emulator)["jobsCreated"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    key = f"{CLUSTER.namespace}/{k8s_job_name_for('t-late')}"
+    counters = emulator_counters(emulator)
+    assert (counters["jobsCreatedMoreThanOnce"], counters["jobsRunMoreThanOnce"]) == ([key], [])
+    assert delete_orphan_jobs(services, {CLUSTER.id: CLUSTER}) == [k8s_job_name_for("t-late")]
+    assert delete_orphan_jobs(services, {CLUSTER.id: CLUSTER}) == []
 
 
 def test_a_reset_outlasting_the_configured_tries_ends_the_task_node_pool_failed(

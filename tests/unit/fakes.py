@@ -929,12 +929,19 @@ class _Job:
         return self.parallelism - self.script.not_created
 
     @property
+    def suspended(self) -> bool:
+        return bool(self.manifest["spec"].get("suspend"))
+
+    @property
     def running(self) -> bool:
         s = self.script
-        return not (s.complete or s.failed_condition or s.never_running) and self.polls > s.running_after
+        stopped = s.complete or s.failed_condition or s.never_running or self.suspended
+        return not stopped and self.polls > s.running_after
 
     def pods(self) -> list[PodState]:
         s = self.script
+        if self.suspended:
+            return []
         if s.complete:
             return [
                 PodState(f"{self.name}-{i}", "Succeeded", job_name=self.name) for i in range(self.parallelism)
@@ -966,6 +973,7 @@ class _Job:
             complete=s.complete,
             failed_condition=s.failed_condition,
             task_id=self.manifest["metadata"].get("annotations", {}).get(TASK_ID_ANNOTATION),
+            suspended=self.suspended,
         )
 
 
@@ -984,6 +992,7 @@ class FakeClusterJobs:
         self.create_failures: deque[Exception] = deque()
         self.delete_failures: deque[Exception] = deque()
         self.delete_seconds = 0.0  # how long a Job deletion takes, on the fake clock
+        self.resume_failures: deque[Exception] = deque()
         self.calls: list[tuple[str, str]] = []  # (method, object name)
         self.unreachable = False  # the cluster's API does not answer (list_jobs raises)
 
@@ -1018,6 +1027,20 @@ class FakeClusterJobs:
         script = self.scripts.get(name, JobScript())
         self.jobs[(namespace, name)] = _Job(namespace, manifest, uid, self.clock.now(), script)
         return uid
+
+    def resume_job(self, namespace: str, name: str, uid: str) -> None:
+        self.calls.append(("resume_job", name))
+        if self.resume_failures:
+            raise self.resume_failures.popleft()
+        job = self.jobs.get((namespace, name))
+        if job is None:
+            raise NotFoundError(f'jobs.batch "{name}" not found')
+        if job.uid != uid:
+            invalid = (
+                f'Job.batch "{name}" is invalid: metadata.uid: Invalid value: "{uid}": field is immutable'
+            )
+            raise PermanentError(invalid)
+        job.manifest = {**job.manifest, "spec": {**job.manifest["spec"], "suspend": False}}
 
     def get_job(self, namespace: str, name: str) -> JobState:
         self.calls.append(("get_job", name))

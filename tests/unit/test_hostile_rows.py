@@ -154,7 +154,8 @@ def all_keys(value: object) -> set[str]:
 
 def assert_hardened(job: dict[str, Any], target: JobTarget) -> None:
     assert not all_keys(job) & FORBIDDEN_KEYS
-    assert set(job["spec"]) <= {"backoffLimit", "parallelism", "completions", "completionMode", "template"}
+    spec_fields = {"suspend", "backoffLimit", "parallelism", "completions", "completionMode", "template"}
+    assert set(job["spec"]) <= spec_fields and job["spec"]["suspend"] is True
     assert job["spec"]["parallelism"] == job["spec"]["completions"] == target.shape.nodes
     pod = job["spec"]["template"]["spec"]
     assert set(pod) <= POD_FIELDS

@@ -1,7 +1,8 @@
 """Dispatch and the wait for pods (design phase 4), and the timeout rule while acquiring.
 
-We test: the Job is submitted and the row records its name, uid and dispatched_at; a 409 finds
-the Job an earlier attempt submitted (dispatched_at kept); a multi-host task gets its Service
+We test: the Job is submitted and the row records its name, uid and dispatched_at; it is created
+suspended and resumed by its uid, once; a 409 finds the Job an earlier attempt submitted
+(dispatched_at kept) and resumes it only if that attempt did not; a multi-host task gets its Service
 first; a refused Job ends JobSubmitFailed. Polling pods: the Message is written only when it
 changes; all pods running returns; a Failed condition ends JobFailed quoting the pods; an image
 pull failing beyond its grace ends JobFailed, within it does not; FailedCreate ends at once;
@@ -24,7 +25,7 @@ import pytest
 from tests.unit.fakes import FakeClock, acquiring, cluster, k8s_of, make_services, one_cluster, spec_for
 
 from falcon.adapters.clock import SystemClock
-from falcon.domain.errors import PermanentError
+from falcon.domain.errors import PermanentError, TemporaryError
 from falcon.domain.lifecycle import Phase, TaskEnded, TaskView
 from falcon.domain.model import QueueKey, k8s_job_name_for
 from falcon.domain.status import Reason, Status
@@ -94,6 +95,46 @@ def test_conflict_finds_the_job_an_earlier_attempt_submitted() -> None:
     assert k8s_of(svc).count("create_job") == 2 and len(k8s_of(svc).jobs) == 1
     assert svc.store.job_uids["t1"] == uid
     assert svc.store.task("t1").dispatched_at == first_at  # the timeout still runs from the first
+
+
+def test_the_job_is_created_suspended_and_resumed_by_its_uid() -> None:
+    svc, view, pool = ready_task()
+    dispatch(svc, view, pool)
+    jobs = k8s_of(svc)
+    assert [m for m, _ in jobs.calls if m.endswith("_job")] == ["create_job", "resume_job"]
+    assert not jobs.job(JOB).suspended
+
+
+def test_a_job_an_earlier_attempt_resumed_is_not_resumed_again() -> None:
+    svc, view, pool = ready_task()
+    dispatch(svc, view, pool)
+    dispatch(svc, load_view(svc, "t1"), pool)
+    assert k8s_of(svc).count("resume_job") == 1
+
+
+def test_a_job_created_but_never_resumed_is_resumed_by_the_next_attempt() -> None:
+    """The run died (or the resume timed out) between the create and the resume."""
+    svc, view, pool = ready_task()
+    k8s_of(svc).resume_failures.append(TemporaryError("resume Job: read timed out"))
+    with pytest.raises(TemporaryError):
+        dispatch(svc, view, pool)
+    assert k8s_of(svc).job(JOB).suspended and svc.store.task("t1").dispatched_at is None
+    dispatch(svc, load_view(svc, "t1"), pool)
+    assert not k8s_of(svc).job(JOB).suspended
+    assert svc.store.job_uids["t1"] == k8s_of(svc).job(JOB).uid
+
+
+def test_a_job_replaced_under_its_name_before_its_resume_ends_job_submit_failed() -> None:
+    svc, view, pool = ready_task()
+    refused = f'Job.batch "{JOB}" is invalid: metadata.uid: Invalid value: "uid-1": field is immutable'
+    k8s_of(svc).resume_failures.append(PermanentError(refused))
+    with pytest.raises(TaskEnded) as ended:
+        dispatch(svc, view, pool)
+    outcome = ended.value.outcome
+    assert (outcome.reason, outcome.message) == (
+        Reason.JOB_SUBMIT_FAILED,
+        f"Kubernetes Job submission failed: {refused}",
+    )
 
 
 def test_refused_job_ends_job_submit_failed() -> None:

@@ -36,6 +36,7 @@ PERMISSIONS: Mapping[tuple[str, str], tuple[str, ...]] = {
     # its pods to the garbage collector: no pods.delete.
     ("CoreV1Api", "create_namespace"): ("container.namespaces.create",),
     ("BatchV1Api", "create_namespaced_job"): ("container.jobs.create",),
+    ("BatchV1Api", "patch_namespaced_job"): ("container.jobs.update",),  # resume: GKE maps patch to update
     ("BatchV1Api", "read_namespaced_job"): ("container.jobs.get",),
     ("BatchV1Api", "list_namespaced_job"): ("container.jobs.list",),
     ("BatchV1Api", "delete_namespaced_job"): ("container.jobs.delete",),

@@ -43,6 +43,14 @@ class KubernetesJobs:
             )
         return str(created.metadata.uid if created.metadata else "")
 
+    def resume_job(self, namespace: str, name: str, uid: str) -> None:
+        """Let the Job with this uid start its pods. The uid in the patch guards the write: if the
+        name now belongs to another Job (one created late, after this one was deleted), the API
+        server refuses it (422, uid is immutable), so a late copy is never resumed by mistake."""
+        body = {"metadata": {"uid": uid}, "spec": {"suspend": False}}
+        with kubernetes_errors(f"resume Job {name}", "resume_job"):
+            self._batch.patch_namespaced_job(name, namespace, body, _request_timeout=self._timeout)
+
     def get_job(self, namespace: str, name: str) -> JobState:
         with kubernetes_errors(f"get Job {name}", "get_job"):
             response = self._batch.read_namespaced_job(
@@ -152,6 +160,7 @@ def _job_state(job: dict[str, Any]) -> JobState:
         complete="Complete" in conditions,
         failed_condition=f"{failed.get('reason')}: {failed.get('message')}" if failed else None,
         task_id=(metadata.get("annotations") or {}).get("falcon.dev/task-id"),
+        suspended=bool(spec.get("suspend")),
     )
 
 

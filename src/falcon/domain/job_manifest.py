@@ -92,9 +92,15 @@ def render_service(target: JobTarget) -> dict[str, Any]:
 
 
 def render_job(spec: TaskSpec, target: JobTarget) -> dict[str, Any]:
+    """The task's Job, created suspended: dispatch resumes it once, by uid.
+
+    A create the client gave up on (its answer came after the timeout) may still reach the API
+    server later, even after this task's Job ran, ended and was deleted. Created suspended, that
+    late copy never starts a pod; the orphan sweep deletes it. Kueue admits Jobs the same way."""
     shape = target.shape
     labels = _labels(target)
     job_spec: dict[str, Any] = {
+        "suspend": True,
         "backoffLimit": 0,
         "parallelism": shape.nodes,
         "completions": shape.nodes,

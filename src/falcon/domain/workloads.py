@@ -23,6 +23,7 @@ class JobState:
     complete: bool
     failed_condition: str | None  # reason: message of a Failed condition
     task_id: str | None
+    suspended: bool = False  # spec.suspend: created so, and not resumed yet
 
     @property
     def finished(self) -> bool:

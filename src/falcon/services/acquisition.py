@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from falcon.domain.errors import (
     BusyError,
@@ -48,7 +49,7 @@ from falcon.domain.status import Reason
 from falcon.domain.topology import SliceShape, resolve_shape
 from falcon.domain.workloads import ClusterEvent, JobState, PodState, StartGrace, start_failure
 from falcon.services.context import Services
-from falcon.services.ports import TaskStore
+from falcon.services.ports import ClusterJobs, TaskStore
 
 logger = logging.getLogger(__name__)
 
@@ -394,9 +395,7 @@ def dispatch(services: Services, view: TaskView, pool_name: str) -> str:
         jobs.ensure_namespace(namespace)
         if view.shape.multi_host:  # before the Job: its pods name the Service as their subdomain
             jobs.ensure_service(namespace, render_service(target))
-        uid = jobs.create_job(namespace, render_job(view.spec, target))
-    except ConflictError:
-        uid = jobs.get_job(namespace, job_name).uid
+        uid = submit_job(jobs, namespace, render_job(view.spec, target))
     except PermanentError as exc:
         raise TaskEnded(
             failed(services.say, Reason.JOB_SUBMIT_FAILED, MessageKey.JOB_SUBMIT_FAILED, detail=exc)
@@ -407,6 +406,21 @@ def dispatch(services: Services, view: TaskView, pool_name: str) -> str:
     elif task.dispatched_at is None:  # else an earlier attempt created the Job and reported it
         _tell(services, view, Stage.ACQUIRING, Stage.DISPATCHED)
     return job_name
+
+
+def submit_job(jobs: ClusterJobs, namespace: str, manifest: dict[str, Any]) -> str:
+    """Create the Job suspended (or find the one an earlier attempt created), then resume it by
+    uid; returns the uid. Only this step resumes a Job, and only while its task dispatches: a
+    copy whose create reached the API server after the task ended stays suspended (render_job)."""
+    name = manifest["metadata"]["name"]
+    try:
+        uid, suspended = jobs.create_job(namespace, manifest), True
+    except ConflictError:
+        found = jobs.get_job(namespace, name)
+        uid, suspended = found.uid, found.suspended
+    if suspended:
+        jobs.resume_job(namespace, name, uid)
+    return uid
 
 
 def wait_pods_running(services: Services, view: TaskView, job_name: str) -> int:

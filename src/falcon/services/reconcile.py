@@ -341,7 +341,8 @@ def delete_orphan_jobs(services: Services, clusters: Clusters) -> list[str]:
     """Delete Falcon's Jobs whose task is terminal or unknown here.
 
     Release deletes a task's Job; one can appear again afterwards when a create the client had
-    given up on (a response slower than its timeout) reaches the API server late."""
+    given up on (a response slower than its timeout) reaches the API server late. Such a copy was
+    created suspended and nobody resumes it (render_job), so it has run nothing when this deletes it."""
     selector = f"managed-by={MANAGED_BY}"
     return _delete_orphans(
         services,
