@@ -264,7 +264,7 @@ def _update(
     if rt.definition is not None and "strategic-merge-patch" in content_type:
         raise KubeError(415, "UnsupportedMediaType", _UNSUPPORTED_PATCH)
     if method == "PUT" and isinstance(body, dict):  # a precondition: checked before resourceVersion
-        _check_uid(rt, target.name or "", obj, body.get("metadata") or {}, method)
+        _check_uid_precondition(rt, target.name or "", obj, body.get("metadata") or {})
     new = (
         _replacement(rt, target.name or "", obj, body)
         if method == "PUT"
@@ -272,7 +272,7 @@ def _update(
     )
     meta = dict(new.get("metadata") or {})
     if method == "PATCH":
-        _check_uid(rt, target.name or "", obj, meta, method)
+        _check_uid_kept(rt, target.name or "", obj, meta)
     for key in _IMMUTABLE_META:
         meta.pop(key, None)
         if key in obj["metadata"]:
@@ -338,26 +338,29 @@ def _json_patch(obj: JSON, body: Any) -> JSON:
         raise kube_error(422, f"the JSON patch could not be applied: {exc}") from exc
 
 
-def _check_uid(rt: ResourceType, name: str, obj: JSON, sent: JSON, method: str) -> None:
-    """A uid in the body must be the object's. For a PUT it is a precondition (409, from
-    GuaranteedUpdate); a PATCH carries no preconditions, so the patched object fails validation
-    instead, uid being immutable (422). Clients send it so that a write never lands on another
-    object of the same name, one made after theirs was deleted (kubelet's status patches do)."""
+def _check_uid_precondition(rt: ResourceType, name: str, obj: JSON, sent: JSON) -> None:
+    """A PUT's uid is a precondition (GuaranteedUpdate): another object's is refused with 409.
+    Clients send a uid so that a write never lands on a namesake made after theirs was deleted."""
     uid, actual = sent.get("uid"), obj["metadata"]["uid"]
-    if not uid or uid == actual:
-        return
-    if method == "PATCH":
-        kind = f'{rt.kind}.{rt.group or "core"} "{name}"' if rt.group else f'{rt.kind} "{name}"'
+    if uid and uid != actual:
+        key = f"/registry/{rt.key}/{obj['metadata'].get('namespace', '')}/{name}"
+        raise KubeError(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on {rt.qualified} "{name}": StorageError: invalid object, '
+            f"Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in "
+            f"precondition: {uid}, UID in object meta: {actual}",
+        )
+
+
+def _check_uid_kept(rt: ResourceType, name: str, obj: JSON, patched: JSON) -> None:
+    """A PATCH carries no preconditions: a uid it sets fails validation, uid being immutable (422).
+    kubelet's status patches send the pod's uid for that."""
+    uid = patched.get("uid")
+    if uid and uid != obj["metadata"]["uid"]:
+        kind = f'{rt.kind}.{rt.group} "{name}"' if rt.group else f'{rt.kind} "{name}"'
         message = f'{kind} is invalid: metadata.uid: Invalid value: "{uid}": field is immutable'
         raise KubeError(422, "Invalid", message, {"name": name, "group": rt.group, "kind": rt.kind})
-    key = f"/registry/{rt.key}/{obj['metadata'].get('namespace', '')}/{name}"
-    raise KubeError(
-        409,
-        "Conflict",
-        f'Operation cannot be fulfilled on {rt.qualified} "{name}": StorageError: invalid object, Code: 4, '
-        f"Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: "
-        f"{uid}, UID in object meta: {actual}",
-    )
 
 
 def _check_immutable(rt: ResourceType, name: str, old: JSON, new: JSON) -> None:

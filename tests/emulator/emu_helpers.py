@@ -246,3 +246,10 @@ def admin(url: str, path: str, method: str = "GET", body: Any = None) -> Any:
     request = urllib.request.Request(f"{url}{path}", data=data, method=method)
     with urllib.request.urlopen(request) as response:
         return json.loads(response.read())
+
+
+def counters(url: str, cluster: str) -> dict[str, Any]:
+    """One emulated cluster's counters (Job creations, runs, refusals) from the admin state."""
+    state = admin(url, "/emulator/state")
+    found: dict[str, Any] = next(c for c in state["clusters"] if c["name"] == cluster)["counters"]
+    return found

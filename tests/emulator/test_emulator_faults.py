@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import requests
 import urllib3
-from emu_helpers import LOCATION, PROJECT, ZONE, admin, cluster_name, tpu_pool, wait_operation
+from emu_helpers import LOCATION, PROJECT, ZONE, admin, cluster_name, counters, tpu_pool, wait_operation
 from google.api_core import exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1, container_v1
@@ -90,12 +90,6 @@ def job(name: str) -> dict[str, Any]:
     }
 
 
-def counters(emulator: EmulatorServer, cluster: str) -> dict[str, Any]:
-    state = admin(emulator.url, "/emulator/state")
-    found: dict[str, Any] = next(c for c in state["clusters"] if c["name"] == cluster)["counters"]
-    return found
-
-
 def get_reservation(reservations: compute_v1.ReservationsClient) -> compute_v1.Reservation:
     return reservations.get(project=PROJECT, zone=ZONE, reservation="res", retry=None, timeout=2)
 
@@ -143,12 +137,12 @@ def test_a_job_post_answered_too_late_is_still_created_so_the_retry_meets_409(
     with pytest.raises(ApiException) as refused:
         batch.create_namespaced_job("default", job("late"), _request_timeout=2)
     assert refused.value.status == 409
-    seen = counters(emulator, "c1")
+    seen = counters(emulator.url, "c1")
     assert (seen["jobsCreated"], seen["jobCreatesRefused"], seen["jobsCreatedMoreThanOnce"]) == (1, 1, [])
 
     batch.delete_namespaced_job("late", "default", propagation_policy="Background")
     batch.create_namespaced_job("default", job("late"), _request_timeout=2)
-    assert counters(emulator, "c1")["jobsCreatedMoreThanOnce"] == ["default/late"]
+    assert counters(emulator.url, "c1")["jobsCreatedMoreThanOnce"] == ["default/late"]
 
 
 def test_a_reset_drops_the_connection_without_a_response_on_every_api(

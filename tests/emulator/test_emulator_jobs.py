@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 import pytest
 from emu_helpers import (
     Kube,
-    admin,
     condition_types,
     container,
+    counters,
     events_for,
     job,
     job_finished,
@@ -270,11 +269,11 @@ def test_a_name_counts_as_run_twice_only_once_a_second_job_of_that_name_made_pod
     _delete(work, namespace, "again")
     work.batch.create_namespaced_job(namespace, job("again", suspend=True))  # a late copy, held
     wait_for(lambda: _with_condition(work, namespace, "again", "Suspended", "True"))
-    counters = _counters(emulator)
-    assert key in counters["jobsCreatedMoreThanOnce"] and key not in counters["jobsRunMoreThanOnce"]
+    seen = counters(emulator.url, "work")
+    assert key in seen["jobsCreatedMoreThanOnce"] and key not in seen["jobsRunMoreThanOnce"]
     _delete(work, namespace, "again")
     work.batch.create_namespaced_job(namespace, job("again"))
-    wait_for(lambda: key in _counters(emulator)["jobsRunMoreThanOnce"])
+    wait_for(lambda: key in counters(emulator.url, "work")["jobsRunMoreThanOnce"])
 
 
 def _delete(kube: Kube, namespace: str, name: str) -> None:
@@ -288,9 +287,3 @@ def _with_condition(kube: Kube, namespace: str, name: str, kind: str, status: st
     current = kube.batch.read_namespaced_job(name, namespace)
     found = [c for c in current.status.conditions or [] if c.type == kind and c.status == status]
     return current if found else None
-
-
-def _counters(emulator: EmulatorServer) -> dict[str, Any]:
-    state = admin(emulator.url, "/emulator/state")
-    found: dict[str, Any] = next(c for c in state["clusters"] if c["name"] == "work")["counters"]
-    return found
