@@ -1212,11 +1212,15 @@ class FakeTaskEvents:
         self.moves: list[TaskMove] = []
         self.created: list[tuple[QueueKey, ProvisioningMode, bool]] = []
         self.reused: list[tuple[QueueKey, str]] = []
+        self.deferred: list[tuple[QueueKey, str]] = []
         self.swept: list[tuple[str, str, list[str]]] = []
         self.views: list[ResourceView] = []
 
     def moved(self, move: TaskMove) -> None:
         self.moves.append(move)
+
+    def pick_deferred(self, queue: QueueKey, error: str) -> None:
+        self.deferred.append((queue, error))
 
     def pool_created(self, queue: QueueKey, mode: ProvisioningMode, fallback: bool) -> None:
         self.created.append((queue, mode, fallback))

@@ -131,6 +131,20 @@ def test_an_abort_leaves_an_audit_line(
     )
 
 
+def test_a_deferred_pick_is_one_log_line_and_counted(
+    events: PrometheusTaskEvents, edge: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = QueueKey(edge.id, "2x4")
+    with caplog.at_level(logging.INFO, logger="falcon.events"):
+        events.pick_deferred(queue, "Prefect API busy: 503")
+        events.pick_deferred(queue, "Prefect API busy: 503")
+    assert [r.getMessage() for r in caplog.records if r.name == "falcon.events"] == 2 * [
+        f"event=pick_deferred cluster={edge.name} queue={queue_label(edge, '2x4')}"
+        " error='Prefect API busy: 503'"
+    ]
+    assert sample("falcon_picks_deferred_total", cluster=edge.name, topology="2x4") == 2
+
+
 def test_intakes_failures_count_without_a_queue() -> None:
     events = PrometheusTaskEvents(list)
     before = sample(

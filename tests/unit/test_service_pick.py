@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
-from tests.unit.fakes import k8s_of, spec_for
+from tests.unit.fakes import events_of, k8s_of, spec_for
 
 from falcon.domain.errors import TemporaryError
 from falcon.domain.lifecycle import Phase
@@ -254,10 +254,14 @@ def test_a_busy_slot_service_skips_that_queue_for_one_tick_only(
             raise TemporaryError("Prefect API busy: 503")
 
     svc.slots.on_acquire.append(busy_once)
-    assert dispatcher.tick().picked == ["c"]
+    first = dispatcher.tick()
+    assert (first.picked, first.deferred) == (["c"], [busy])
+    assert events_of(svc).deferred == [(QueueKey("c1", "2x2"), "Prefect API busy: 503")]
     assert svc.store.progress["a"].phase is Phase.WAITING
-    assert dispatcher.tick().picked == ["a"]
+    second = dispatcher.tick()
+    assert (second.picked, second.deferred) == (["a"], [])
     assert dispatcher.tick().repaired == []
+    assert len(events_of(svc).deferred) == 1
 
 
 def test_a_limit_the_slot_service_cannot_confirm_is_asked_again_next_tick(
@@ -275,6 +279,6 @@ def test_a_limit_the_slot_service_cannot_confirm_is_asked_again_next_tick(
         original(name, fail_fast)
 
     svc.slots.ensure_limit = busy_once  # type: ignore[method-assign]
-    assert dispatcher.tick().picked == []
+    assert dispatcher.tick().deferred == [QueueKey("c1", "2x2").slot_name]
     assert dispatcher.tick().picked == ["a"]
     assert calls == [True, True]

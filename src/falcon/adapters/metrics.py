@@ -232,6 +232,13 @@ DURATION = Histogram(
     buckets=_TASK_BUCKETS,
 )
 
+PICKS_DEFERRED = Counter(
+    "falcon_picks_deferred",
+    "a queue's next task due a pick, left to the next tick: the slot service (Prefect's API) did"
+    " not answer in time",
+    _QUEUE,
+)
+
 # -- node pools and orphans
 
 POOL_CREATIONS = Counter(

@@ -66,6 +66,12 @@ class PrometheusTaskEvents:
             if move.outcome.status is Status.ABORTED:
                 audit("task_aborted", task_id=move.task_id, cluster=cluster or "-", stage=move.source)
 
+    def pick_deferred(self, queue: QueueKey, error: str) -> None:
+        cluster, topology = self._queue_labels(queue)
+        queue_name = self._name.queue(queue)
+        logger.info("event=pick_deferred cluster=%s queue=%s error=%r", cluster, queue_name, error)
+        metrics.PICKS_DEFERRED.labels(cluster, topology).inc()
+
     def pool_created(self, queue: QueueKey, mode: ProvisioningMode, fallback: bool) -> None:
         decision = "fallback" if fallback else mode.value
         metrics.POOL_CREATIONS.labels(*self._queue_labels(queue), decision).inc()

@@ -101,6 +101,7 @@ class TickReport:
     failed: list[str] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
     picked: list[str] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)  # slots of queues whose pick the slot service delayed
     ended: list[str] = field(default_factory=list)
     offered: list[str] = field(default_factory=list)  # ended tasks whose pool was kept for their queue
     released: list[str] = field(default_factory=list)  # of those, the ones the round finished itself
@@ -206,6 +207,7 @@ class Dispatcher:
             held=self._unreachable,
         )
         report.picked = [p.task_id for p in result.picks]
+        report.deferred = [queue.slot_name for queue in result.deferred]
         laps.lap("schedule")
         self._launch(result.picks)
         report.repaired = self._repair_leaks(result.slot_held)

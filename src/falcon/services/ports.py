@@ -203,6 +203,11 @@ class TaskEvents(Protocol):
     before, so a step retried or raced by another dispatcher reports each fact once."""
 
     def moved(self, move: TaskMove) -> None: ...
+    def pick_deferred(self, queue: QueueKey, error: str) -> None:
+        """The queue's next task was due a pick but the slot service (Prefect's API) did not
+        answer in time: the pick is left to the next tick."""
+        ...
+
     def pool_created(self, queue: QueueKey, mode: ProvisioningMode, fallback: bool) -> None:
         """A task's node pool recorded for creation (write-ahead): on its reservation, flex-start,
         or flex-start because the reservation was short of room (``fallback``)."""

@@ -101,6 +101,7 @@ class QueueBook:
 class ScheduleResult:
     picks: list[Pick] = field(default_factory=list)
     slot_held: list[QueueKey] = field(default_factory=list)  # free in the database, held in Prefect
+    deferred: list[QueueKey] = field(default_factory=list)  # the slot service did not answer in time
     messages_written: int = 0
 
 
@@ -131,7 +132,8 @@ def schedule(
 ) -> ScheduleResult:
     """Pick and claim the next task of every free queue, then rewrite the Messages that changed.
     ``held`` maps the clusters that cannot be reached to the Message their waiting tasks show;
-    ``events`` is told of each pick recorded.
+    ``events`` is told of each pick recorded, and of each left to the next tick because the slot
+    service did not answer in time.
 
     New tasks get their position before any slot is asked for: a slot is a Prefect API call,
     which a busy Prefect server can make last seconds, and the rows inserted meanwhile must not
@@ -143,8 +145,10 @@ def schedule(
                 slots.ensure_limit(queue.slot_name, fail_fast=True)
                 book.limits.add(queue)
             lease_id = slots.try_acquire(queue.slot_name, lease_seconds, fail_fast=True)
-        except TemporaryError:
-            continue  # the slot service did not answer in time: asked again next tick
+        except TemporaryError as exc:
+            result.deferred.append(queue)  # asked again next tick
+            events.pick_deferred(queue, str(exc))
+            continue
         if lease_id is None:
             result.slot_held.append(queue)
             continue
