@@ -498,6 +498,30 @@ def test_start_deleting_pool_needs_its_holder_or_an_idle_pool(store: TaskStore) 
     assert not store.start_deleting_pool("c1", "idle", None, T2)
 
 
+def test_unmark_pool_makes_only_a_marked_pool_idle_again_and_forgets_its_deletion(
+    store: TaskStore, upstream: Upstream
+) -> None:
+    store.write_ahead_pool(pool("p1"), T0)
+    store.pool_ready("c1", "p1", T0)
+    assert not store.unmark_pool("c1", "p1", T1)  # in use: not marked
+    assert store.start_deleting_pool("c1", "p1", "t1", T1)
+    store.pool_delete_failed("c1", "p1", "GKE busy", T1)
+    assert store.deletions_marked_since("c1", T0) == 1
+    assert store.unmark_pool("c1", "p1", T2)
+    assert store.pool("c1", "p1") == replace(pool("p1", None, PoolState.IDLE), idle_since=T2)
+    assert upstream.pool_error("c1", "p1") is None
+    assert store.deletions_marked_since("c1", T0) == 0
+    assert not store.unmark_pool("c1", "p1", T2)  # idle now: unmarked once
+    assert store.claim_idle_pool(Q, "t2", T2) is not None
+    assert store.start_deleting_pool("c1", "p1", "t2", T2 + timedelta(seconds=5))
+    store.pool_deleted("c1", "p1", T2 + timedelta(seconds=12))
+    assert store.queue_observations(Q, gaps=10, creations=10).deletion_seconds == (7.0,), (
+        "the deletion taken back is not counted, the one that went through is"
+    )
+    assert not store.unmark_pool("c1", "p1", T2)  # deleted: gone for good
+    assert not store.unmark_pool("c1", "unknown", T2)
+
+
 def test_pool_deleted_and_pool_delete_failed(store: TaskStore, upstream: Upstream) -> None:
     store.write_ahead_pool(pool("p1"), T0)
     assert store.start_deleting_pool("c1", "p1", "t1", T1)

@@ -660,6 +660,16 @@ class MemoryTaskStore:
                 self.pool_deleting_at[(cluster_id, name)] = now
             return moved
 
+    def unmark_pool(self, cluster_id: str, name: str, now: datetime) -> bool:
+        self.calls.append(("unmark_pool", name))
+        values = {"state": PoolState.IDLE, "idle_since": now}
+        with self._tx():
+            moved = self._move_pool(cluster_id, name, values, [PoolState.DELETING])
+            if moved:
+                self.pool_deleting_at.pop((cluster_id, name), None)
+                self.pool_errors[(cluster_id, name)] = None
+            return moved
+
     def pool_deleted(self, cluster_id: str, name: str, now: datetime) -> None:
         self.calls.append(("pool_deleted", name))
         with self._tx():

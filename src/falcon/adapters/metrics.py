@@ -249,7 +249,8 @@ POOL_CREATIONS = Counter(
 )
 POOL_REUSES = Counter(
     "falcon_node_pool_reuses",
-    "creations avoided: a task took an idle pool (kept, warm) or was handed one (hand_over)",
+    "creations avoided: a task took an idle pool (kept, warm), was handed one (hand_over) or took back"
+    " one marked for deletion that GKE had not begun deleting (taken_back)",
     [*_QUEUE, "how"],
 )
 ORPHANS = Counter(

@@ -49,6 +49,7 @@ from falcon.domain.status import Reason
 from falcon.domain.topology import SliceShape, resolve_shape
 from falcon.domain.workloads import ClusterEvent, JobState, PodState, StartGrace, start_failure
 from falcon.services.context import Services
+from falcon.services.pool_deletion import marked_pools, take_back
 from falcon.services.ports import ClusterJobs, TaskStore
 
 logger = logging.getLogger(__name__)
@@ -83,9 +84,12 @@ def _provision(services: Services, view: TaskView) -> PoolChoice:
     store, task_id = services.store, view.task.id
     held = store.held_pool(view.cluster.id, task_id)  # an earlier attempt of this task got one
     if held is None:
+        taken_back = False
         held = store.claim_idle_pool(view.queue, task_id, services.clock.now())
+        if held is None and take_back(services, view.cluster, marked_pools(services, view.queue)):
+            taken_back, held = True, store.claim_idle_pool(view.queue, task_id, services.clock.now())
         if held is not None:
-            _took_idle(services, view, held, handed_over=False)
+            _took_idle(services, view, held, "taken_back" if taken_back else None)
             return PoolChoice(held.name, None)
         plan = _decide_and_write_ahead(services, view)
     elif held.state is PoolState.IN_USE:
@@ -96,10 +100,12 @@ def _provision(services: Services, view: TaskView) -> PoolChoice:
     return PoolChoice(plan.name, plan)
 
 
-def _took_idle(services: Services, view: TaskView, pool: NodePool, handed_over: bool) -> None:
-    """The task took an idle pool (a creation avoided): reported, and its Message says whose it is."""
+def _took_idle(services: Services, view: TaskView, pool: NodePool, how: str | None) -> None:
+    """The task took an idle pool (a creation avoided): reported, ``how`` it came to the task
+    (``hand_over``, ``taken_back``; else ``warm`` or ``kept`` by its origin), and its Message
+    says whose it is."""
     rule = services.store.warm_origin(pool.cluster_id, pool.name)
-    services.events.pool_reused(view.queue, "hand_over" if handed_over else "warm" if rule else "kept")
+    services.events.pool_reused(view.queue, how or ("warm" if rule else "kept"))
     message = _reuse_message(services, pool, rule)
     _note_pending(services, view.task.id, message, Reason.PROVISIONING, pool.name)
 
@@ -264,7 +270,8 @@ def _not_ready(name: str, unasked: bool, refusal: TemporaryError | None, status:
 
 
 def _hand_over(services: Services, view: TaskView, own: str) -> str | None:
-    """Take an idle pool of the queue while the task's own pool is still being created; returns
+    """Take an idle pool of the queue while the task's own pool is still being created, or one
+    of its pools marked for deletion that GKE has not begun deleting (``take_back``); returns
     its name, or None. Rule 3 is kept: the queue's slot lets one task acquire at a time, the one
     the rule picked first, so no waiting task is passed over.
 
@@ -272,7 +279,9 @@ def _hand_over(services: Services, view: TaskView, own: str) -> str | None:
     then idle for the queue's next task (or deleted by the usual rule); one GKE never got is
     closed. GKE is asked which it is; when it does not answer, the hand-over waits a round."""
     store = services.store
-    if store.idle_count(view.queue) == 0:
+    idle = store.idle_count(view.queue) > 0
+    marked = [] if idle else marked_pools(services, view.queue)
+    if not idle and not marked:
         return None
     try:
         own_status: PoolStatus | None = services.node_pools.get(view.cluster, own)
@@ -282,11 +291,14 @@ def _hand_over(services: Services, view: TaskView, own: str) -> str | None:
         return None
     if own_status is not None and own_status.ready:
         return None  # its own is ready: this round's poll takes it
+    taken_back = not idle and take_back(services, view.cluster, marked)
+    if not idle and not taken_back:
+        return None
     taken = store.hand_over(view.queue, view.task.id, own, own_status is not None, services.clock.now())
     if taken is None:
         return None
     logger.info("event=hand_over task_id=%s pool=%s own=%s", view.task.id, taken.name, own)
-    _took_idle(services, view, taken, handed_over=True)
+    _took_idle(services, view, taken, "taken_back" if taken_back else "hand_over")
     return taken.name
 
 

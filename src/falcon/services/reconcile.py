@@ -36,6 +36,7 @@ from falcon.domain.status import TERMINAL, Reason, Status
 from falcon.domain.workloads import JobState
 from falcon.services.acquisition import cannot_start
 from falcon.services.context import Services, stage_of, tell_moved
+from falcon.services.pool_deletion import ask_delete
 from falcon.services.ports import ClusterJobs
 from falcon.services.release import observed, offer_freed_pool, record_outcome, release
 
@@ -281,9 +282,10 @@ def _idle(
 
 
 def _request_delete(services: Services, cluster: Cluster, name: str) -> None:
+    """Ask GKE to delete a marked pool, unless a task of its queue took it back."""
     # Gone already, or GKE busy: _confirm_deleted asks again next round.
     with contextlib.suppress(FalconError):
-        services.node_pools.delete(cluster, name)
+        ask_delete(services, cluster, name)
 
 
 def _confirm_deleted(services: Services, cluster: Cluster | None, name: str) -> None:
@@ -317,7 +319,8 @@ def delete_orphan_pools(services: Services, clusters: Clusters) -> list[str]:
     for cluster, names in listed:
         found = [n for n in names if n.startswith(NODE_POOL_PREFIX) and (cluster.id, n) not in tracked]
         for name in found:
-            _request_delete(services, cluster, name)
+            with contextlib.suppress(FalconError):  # gone already, or GKE busy: found again next scan
+                services.node_pools.delete(cluster, name)
         services.events.orphans_swept(cluster.id, "node_pool", found)
         orphans.extend(found)
     return orphans

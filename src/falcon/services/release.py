@@ -28,6 +28,7 @@ from falcon.domain.status import Reason, Status
 from falcon.domain.topology import resolve_shape
 from falcon.domain.warm_pools import WarmTarget, schedulable, warm_keeps, warm_target
 from falcon.services.context import Services, stage_of, tell_moved
+from falcon.services.pool_deletion import ask_delete
 
 MAX_DELETE_RETRY_WAIT = 10.0  # seconds: the longest wait between deletion attempts GKE refused
 # The keeping policy weighs the newest of these (CostPolicy looks at up to 64 gaps, 16 creations);
@@ -229,15 +230,16 @@ def delete_pool(services: Services, cluster: Cluster, pool: str) -> str | None:
     asked, then its run died) is waited for, never asked for again. GKE busy with another of the
     cluster's operations is asked again at each poll: the cluster's lock frees when that
     operation ends, and a doubled wait would keep a paid-for pool up to 10 s past it (the
-    release benchmark saw 8 s). Each other error in a row doubles the wait before the next try,
-    up to ``MAX_DELETE_RETRY_WAIT``."""
+    release benchmark saw 8 s); meanwhile a task of its queue may take it back (``pool_deletion``),
+    which ends the loop with nothing to delete. Each other error in a row doubles the wait before
+    the next try, up to ``MAX_DELETE_RETRY_WAIT``."""
     clock, gke, poll = services.clock, services.node_pools, services.settings.poll_seconds
     deadline = clock.now() + timedelta(seconds=services.settings.node_pool_timeout_seconds)
     last_error, wait = None, poll
     while clock.now() < deadline:
         try:
-            if gke.get(cluster, pool).status != "STOPPING":
-                gke.delete(cluster, pool)
+            if gke.get(cluster, pool).status != "STOPPING" and not ask_delete(services, cluster, pool):
+                return None  # a task of its queue took it back while GKE was busy: nothing to delete
         except NotFoundError:
             services.store.pool_deleted(cluster.id, pool, clock.now())
             return None

@@ -44,6 +44,7 @@ from falcon.services.acquisition import (
     with_operation_error,
 )
 from falcon.services.context import Services
+from falcon.services.pool_deletion import ask_delete
 from falcon.services.ports import TaskStore
 
 logger = logging.getLogger(__name__)
@@ -250,4 +251,4 @@ def _failed(services: Services, cluster: Cluster, name: str, error: str) -> None
     if services.store.warm_pool_failed(cluster.id, name, error, services.clock.now()):
         logger.warning("event=warm_pool_failed pool=%s error=%s", name, error)
         with contextlib.suppress(FalconError):
-            services.node_pools.delete(cluster, name)
+            ask_delete(services, cluster, name)

@@ -898,6 +898,17 @@ def start_deleting_pool(
     return _move_pool(session, cluster_id, name, now, values, expect, holder)
 
 
+def unmark_pool(session: Session, cluster_id: str, name: str, now: datetime) -> bool:
+    """A pool marked for deletion, which GKE has not begun deleting, is idle for its queue again."""
+    values: dict[Any, Any] = {
+        NodePoolRow.state: PoolState.IDLE.value,
+        NodePoolRow.idle_since: now,
+        NodePoolRow.deleting_at: None,
+        NodePoolRow.last_error: None,
+    }
+    return _move_pool(session, cluster_id, name, now, values, [PoolState.DELETING])
+
+
 def pool_deleted(session: Session, cluster_id: str, name: str, now: datetime) -> None:
     values: dict[Any, Any] = {
         NodePoolRow.state: PoolState.DELETED.value,

@@ -225,6 +225,10 @@ class SqlTaskStore:
         with self._tx() as s:
             return repo.start_deleting_pool(s, cluster_id, name, holder, now)
 
+    def unmark_pool(self, cluster_id: str, name: str, now: datetime) -> bool:
+        with self._tx() as s:
+            return repo.unmark_pool(s, cluster_id, name, now)
+
     def pool_deleted(self, cluster_id: str, name: str, now: datetime) -> None:
         with self._tx() as s:
             repo.pool_deleted(s, cluster_id, name, now)
