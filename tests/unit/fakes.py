@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -74,6 +74,20 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         self._now += timedelta(seconds=seconds)
         self._monotonic += seconds
+
+
+class HookedClock(FakeClock):
+    """A fixed clock that runs ``hook`` once, at the ``at``-th wait of a step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook: Callable[[], None] | None = None
+        self.at = 0
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        if self.hook is not None and len(self.sleeps) == self.at:
+            self.hook()
 
 
 # -- task store -----------------------------------------------------------------------------------

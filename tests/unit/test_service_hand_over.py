@@ -4,10 +4,8 @@ let go in the same write, so no pool is ever given to two tasks and no task is l
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from tests.unit.fakes import (
-    FakeClock,
+    HookedClock,
     acquiring,
     cluster,
     idle_pool,
@@ -30,20 +28,6 @@ QUEUE = QueueKey("c1", "2x2")
 OWN = node_pool_name_for("t1", "2x2")
 KEPT = "falcon-2x2-kept"
 NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
-
-
-class HookedClock(FakeClock):
-    """A fixed clock that runs ``hook`` once, at the ``at``-th wait of a step."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hook: Callable[[], None] | None = None
-        self.at = 0
-
-    def sleep(self, seconds: float) -> None:
-        super().sleep(seconds)
-        if self.hook is not None and len(self.sleeps) == self.at:
-            self.hook()
 
 
 def _services() -> tuple[Services, HookedClock]:

@@ -5,11 +5,11 @@ fail on it), never another queue's, and once taken back it is never asked to be 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import replace
 
 from tests.unit.fakes import (
     SELDOM,
-    FakeClock,
+    HookedClock,
     acquiring,
     arrivals,
     cluster,
@@ -23,6 +23,7 @@ from falcon.domain.errors import BusyError, TemporaryError
 from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState
 from falcon.domain.messages import MessageKey
 from falcon.domain.model import ProvisioningMode, QueueKey, node_pool_name_for
+from falcon.domain.pool_economics import DeleteEachPolicy
 from falcon.domain.status import Status
 from falcon.services import reconcile
 from falcon.services.acquisition import provision, wait_pool_ready
@@ -33,20 +34,6 @@ QUEUE = QueueKey("c1", "2x2")
 MARKED = "falcon-2x2-marked"
 OWN = node_pool_name_for("t1", "2x2")
 GKE_BUSY = BusyError("cluster is running another operation")
-
-
-class HookedClock(FakeClock):
-    """A fixed clock that runs ``hook`` once, at the ``at``-th wait of a step."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hook: Callable[[], None] | None = None
-        self.at = 0
-
-    def sleep(self, seconds: float) -> None:
-        super().sleep(seconds)
-        if self.hook is not None and len(self.sleeps) == self.at:
-            self.hook()
 
 
 def _services() -> tuple[Services, HookedClock]:
@@ -166,4 +153,13 @@ def test_a_pool_whose_deletion_gke_accepted_first_cannot_be_taken_back() -> None
     assert svc.node_pools.count("delete", MARKED) == 1  # type: ignore[attr-defined]
     choice = provision(svc, acquiring(svc, "t1"))
     assert choice.plan is not None
+    assert svc.store.pool("c1", MARKED).state is PoolState.DELETING
+
+
+def test_the_create_and_delete_baseline_takes_nothing_back() -> None:
+    """Benchmarks compare with plain create-and-delete: a pool per task, marked ones left to go."""
+    svc, _ = _services()
+    svc = replace(svc, keep_policy=DeleteEachPolicy())
+    _marked(svc)
+    assert provision(svc, acquiring(svc, "t1")).plan is not None
     assert svc.store.pool("c1", MARKED).state is PoolState.DELETING

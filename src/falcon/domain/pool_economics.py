@@ -61,6 +61,11 @@ class QueueObservations:
 class KeepPolicy(Protocol):
     """What decides how long idle pools are kept: Falcon's CostPolicy, or a benchmark's baseline."""
 
+    @property
+    def takes_back(self) -> bool:
+        """May a task take back a pool of its queue marked for deletion, GKE not deleting it yet?"""
+        ...
+
     def horizon(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
         """How long an idle pool of this queue and mode is worth keeping while nobody waits for it."""
         ...
@@ -119,6 +124,7 @@ class CostPolicy:
     max_creations: int = 16  # the newest ones: GKE's pace changes with the hour and the zone
     min_gaps: int = 5
     max_gaps: int = 64  # the newest ones: a queue's rhythm changes through the day
+    takes_back: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.prior_creation_seconds <= LONGEST_SECONDS:
@@ -162,7 +168,10 @@ class CostPolicy:
 
 @dataclass(frozen=True)
 class DeleteEachPolicy:
-    """Baseline: create and delete a pool per task; no pool is ever kept, not even for a waiter."""
+    """Baseline: create and delete a pool per task; no pool is ever kept, not even for a waiter,
+    nor taken back while its deletion waits for GKE."""
+
+    takes_back: bool = False
 
     def horizon(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
         return timedelta(0)
@@ -177,6 +186,8 @@ class DeleteEachPolicy:
 @dataclass(frozen=True)
 class KeepAllPolicy:
     """Baseline: keep every pool, forever (FOREVER: an idle pool it kept never expires)."""
+
+    takes_back: bool = True  # it marks only broken pools, which are never taken back
 
     def horizon(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
         return FOREVER

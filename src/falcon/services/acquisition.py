@@ -84,12 +84,9 @@ def _provision(services: Services, view: TaskView) -> PoolChoice:
     store, task_id = services.store, view.task.id
     held = store.held_pool(view.cluster.id, task_id)  # an earlier attempt of this task got one
     if held is None:
-        taken_back = False
-        held = store.claim_idle_pool(view.queue, task_id, services.clock.now())
-        if held is None and take_back(services, view.cluster, marked_pools(services, view.queue)):
-            taken_back, held = True, store.claim_idle_pool(view.queue, task_id, services.clock.now())
+        held, how = _take_idle(services, view)
         if held is not None:
-            _took_idle(services, view, held, "taken_back" if taken_back else None)
+            _took_idle(services, view, held, how)
             return PoolChoice(held.name, None)
         plan = _decide_and_write_ahead(services, view)
     elif held.state is PoolState.IN_USE:
@@ -98,6 +95,20 @@ def _provision(services: Services, view: TaskView) -> PoolChoice:
         plan = _plan(view, held.mode, held.reservation)
     _ensure_workload_policy(services, view, plan)
     return PoolChoice(plan.name, plan)
+
+
+def _take_idle(services: Services, view: TaskView) -> tuple[NodePool | None, str | None]:
+    """The queue's oldest idle pool, or else one of its marked pools taken back (``taken_back``)."""
+    store, now = services.store, services.clock.now()
+    held = store.claim_idle_pool(view.queue, view.task.id, now)
+    if held is None and take_back(services, view.cluster, _marked(services, view)):
+        return store.claim_idle_pool(view.queue, view.task.id, now), "taken_back"
+    return held, None
+
+
+def _marked(services: Services, view: TaskView) -> list[str]:
+    """The queue's pools marked for deletion, where the keeping policy takes them back."""
+    return marked_pools(services, view.queue) if services.keep_policy.takes_back else []
 
 
 def _took_idle(services: Services, view: TaskView, pool: NodePool, how: str | None) -> None:
@@ -280,7 +291,7 @@ def _hand_over(services: Services, view: TaskView, own: str) -> str | None:
     closed. GKE is asked which it is; when it does not answer, the hand-over waits a round."""
     store = services.store
     idle = store.idle_count(view.queue) > 0
-    marked = [] if idle else marked_pools(services, view.queue)
+    marked = [] if idle else _marked(services, view)
     if not idle and not marked:
         return None
     try:
