@@ -73,6 +73,7 @@ from local_stack import run_main
 from mysql_server import mariadb
 from scale_metrics import (
     GC_METRIC,
+    MESSAGES_METRIC,
     RECONCILE_METRIC,
     TICK_METRIC,
     Histogram,
@@ -343,7 +344,7 @@ class Sampler(threading.Thread):
         self.join(30)
 
 
-LOOPS = {"tick": TICK_METRIC, "reconcile": RECONCILE_METRIC}
+LOOPS = {"tick": TICK_METRIC, "reconcile": RECONCILE_METRIC, "messages": MESSAGES_METRIC}
 
 
 def scrape(port: int) -> dict[str, Histogram]:

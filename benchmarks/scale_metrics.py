@@ -22,6 +22,7 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 TICK_METRIC = "falcon_dispatcher_tick_seconds"
+MESSAGES_METRIC = "falcon_dispatcher_messages_seconds"
 RECONCILE_METRIC = "falcon_dispatcher_reconcile_seconds"  # the loop beside the tick
 GC_METRIC = "falcon_gc_pause_seconds"  # the dispatcher process's garbage collections, by generation
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -31,11 +31,11 @@ from falcon.adapters.artifacts import ViewArtifact
 from falcon.adapters.clock import StoppableClock, utc_now
 from falcon.adapters.collector import full_collections_between_ticks
 from falcon.adapters.health import database_check, prefect_check, serving_health
-from falcon.adapters.metrics import GC_PAUSES, RECONCILE_SECONDS, timed_tick
+from falcon.adapters.metrics import GC_PAUSES, MESSAGES_SECONDS, RECONCILE_SECONDS, timed_tick
 from falcon.adapters.runs import ThreadLauncher, next_scheduled_start
 from falcon.bootstrap import services, serving
 from falcon.services.context import Services
-from falcon.services.dispatching import Dispatcher, DispatcherLoop, all_live, run_beside
+from falcon.services.dispatching import Dispatcher, DispatcherLoop, MessagesBeside, all_live, run_beside
 from falcon.services.health import Verdict, readiness
 from falcon.settings import RunsIn, Settings
 from flows.lifecycle import task_lifecycle, task_release
@@ -49,7 +49,9 @@ def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = No
     GC_PAUSES.install()
     with runs_in_process(services()) as svc, full_collections_between_ticks() as collections:
         settings = svc.settings
-        work, log = Dispatcher(svc, publish=ViewArtifact()), get_run_logger()
+        log = get_run_logger()
+        messages = MessagesBeside(partial(timed_write, svc.store.set_waiting_messages), log)
+        work = Dispatcher(svc, publish=ViewArtifact(), messages=messages)
         ticking = DispatcherLoop(
             timed_tick(work.pick_tick),
             svc.clock,
@@ -76,6 +78,13 @@ def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = No
         finally:
             work.close()  # launches under way finish before the run ends
     return ticks
+
+
+def timed_write(
+    write: Callable[[Mapping[str, str], datetime], int], messages: Mapping[str, str], now: datetime
+) -> int:
+    """One write of the waiting Messages, observed in falcon_dispatcher_messages_seconds."""
+    return timed_tick(partial(write, messages, now), MESSAGES_SECONDS)()
 
 
 def until_next_scheduled(run_seconds: float, margin: float = 10.0) -> float:

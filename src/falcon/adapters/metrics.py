@@ -52,6 +52,12 @@ TICK_SECONDS = Histogram(
     ["part"],
     buckets=_STEP_BUCKETS,
 )
+MESSAGES_SECONDS = Histogram(
+    "falcon_dispatcher_messages_seconds",
+    "one write of waiting tasks' Messages, beside the tick (a pick's moved positions), split as the tick's",
+    ["part"],
+    buckets=_STEP_BUCKETS,
+)
 RECONCILE_SECONDS = Histogram(
     "falcon_dispatcher_reconcile_seconds",
     "one reconcile round (follow Jobs, supervise runs, reap, warm, orphans), split as the tick's",

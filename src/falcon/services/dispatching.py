@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,7 +33,7 @@ from falcon.services.context import Services
 from falcon.services.health import Verdict, liveness
 from falcon.services.intake import take_in
 from falcon.services.ports import Clock
-from falcon.services.queueing import Pick, QueueBook, schedule
+from falcon.services.queueing import MessageWrite, Pick, QueueBook, schedule
 from falcon.services.warming import Warmer
 
 logger = logging.getLogger(__name__)
@@ -115,12 +115,87 @@ class TickReport:
         return any(getattr(self, f) for f in self.__dataclass_fields__)
 
 
+class MessagesBeside:
+    """Writes the waiting tasks' Messages on a thread of its own, so that a pick's rewrite of its
+    queue's positions (one row per waiting task behind it: hundreds at scale, the largest write a
+    tick had) is not in the tick's time: the tick hands the texts over and goes on picking.
+
+    Writes keep their order. What is handed over while a write is under way goes in the next one,
+    merged (the newest text of a task wins), so a backlog never grows past one Message per
+    waiting task. Only rows still Waiting are written (``set_waiting_messages``), so a Message
+    that lands after its task was picked changes nothing. A write that fails is logged and
+    reported once by ``failed``: the dispatcher then reads its book again, which writes every
+    Message that differs."""
+
+    def __init__(
+        self, write: MessageWrite, log: logging.Logger | logging.LoggerAdapter[logging.Logger]
+    ) -> None:
+        self._write, self._log = write, log
+        self._pending: dict[str, str] = {}
+        self._now: datetime | None = None  # the time of the newest hand-over
+        self._failed = self._closing = self._writing = False
+        self._changed = threading.Condition()
+        context = contextvars.copy_context()  # its log lines reach the flow run of its creator
+        self._thread = threading.Thread(target=context.run, args=(self._loop,), name="messages", daemon=True)
+        self._thread.start()
+
+    def __call__(self, messages: Mapping[str, str], now: datetime) -> None:
+        with self._changed:
+            self._pending.update(messages)
+            self._now = now
+            self._changed.notify_all()
+
+    def failed(self) -> bool:
+        """True once after a write failed."""
+        with self._changed:
+            failed, self._failed = self._failed, False
+            return failed
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every Message handed over is written (or failed); False on ``timeout``."""
+        with self._changed:
+            return self._changed.wait_for(lambda: not self._pending and not self._writing, timeout)
+
+    def close(self) -> None:
+        """Write what is handed over, then stop the thread."""
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._pending or self._closing)
+                if not self._pending:
+                    return
+                batch, now, self._pending, self._writing = self._pending, self._now, {}, True
+            try:
+                assert now is not None  # set with every hand-over
+                self._write(batch, now)
+            except Exception:
+                self._log.exception("event=messages_failed count=%d", len(batch))
+                with self._changed:
+                    self._failed = True
+            finally:
+                with self._changed:
+                    self._writing = False
+                    self._changed.notify_all()
+
+
 class Dispatcher:
-    def __init__(self, services: Services, publish: Callable[[DispatcherView], None] | None = None) -> None:
+    def __init__(
+        self,
+        services: Services,
+        publish: Callable[[DispatcherView], None] | None = None,
+        messages: MessagesBeside | None = None,
+    ) -> None:
         """Every ``view_seconds`` (a reconcile round's last step) the dispatcher's view sets the
-        state gauges and, if given, goes to ``publish``: the deployed dispatcher's table artifact."""
+        state gauges and, if given, goes to ``publish``: the deployed dispatcher's table artifact.
+        ``messages``: the waiting Messages are written beside the tick (else within it)."""
         self.services = services
         self._publish = publish
+        self._messages = messages
         self.book = QueueBook()
         self._book_lock = threading.RLock()  # the tick's, briefly the round's
         self._launches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="launch")
@@ -176,12 +251,17 @@ class Dispatcher:
                 raise
 
     def close(self) -> None:
-        """Wait for launches under way; the dispatcher is not used afterwards."""
+        """Wait for launches under way and the Messages handed over; the dispatcher is not used
+        afterwards."""
         self._launches.shutdown(wait=True)
+        if self._messages is not None:
+            self._messages.close()
 
     def _take_in_and_pick(self, laps: Laps) -> TickReport:
         svc, settings = self.services, self.services.settings
         clock, report = svc.clock, TickReport()
+        if self._messages is not None and self._messages.failed():
+            self.book.loaded = False  # the Messages written are not the book's: read it again
         due = self._refresh.due(clock.monotonic(), force=not self.book.loaded)
         reload = due and (not self.book.loaded or self._checks_since_reload >= FULL_RELOAD_EVERY)
         snapshot = svc.store.snapshot(settings.intake_batch, with_book=reload, with_counts=due and not reload)
@@ -205,6 +285,7 @@ class Dispatcher:
             settings.slot_lease_seconds,
             svc.events,
             held=self._unreachable,
+            write_messages=self._messages,
         )
         report.picked = [p.task_id for p in result.picks]
         report.deferred = [queue.slot_name for queue in result.deferred]

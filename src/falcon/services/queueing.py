@@ -22,7 +22,7 @@ pick frees the slot and makes the book reload, so every task is picked once and 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -33,6 +33,9 @@ from falcon.domain.messages import MessageKey, Messages
 from falcon.domain.model import QueueKey
 from falcon.domain.scheduling import WaitingTask, pick_next, waiting_messages
 from falcon.services.ports import Slots, TaskEvents, TaskStore
+
+# Writes waiting tasks' Messages (task id -> text), as TaskStore.set_waiting_messages does.
+MessageWrite = Callable[[Mapping[str, str], datetime], object]
 
 
 @dataclass(frozen=True)
@@ -129,16 +132,19 @@ def schedule(
     lease_seconds: int,
     events: TaskEvents,
     held: Mapping[str, str] | None = None,
+    write_messages: MessageWrite | None = None,
 ) -> ScheduleResult:
     """Pick and claim the next task of every free queue, then rewrite the Messages that changed.
     ``held`` maps the clusters that cannot be reached to the Message their waiting tasks show;
     ``events`` is told of each pick recorded, and of each left to the next tick because the slot
-    service did not answer in time.
+    service did not answer in time. ``write_messages`` writes the Messages (the store's
+    ``set_waiting_messages`` unless given: the deployed dispatcher writes them beside the tick).
 
     New tasks get their position before any slot is asked for: a slot is a Prefect API call,
     which a busy Prefect server can make last seconds, and the rows inserted meanwhile must not
     wait for it. A queue whose task is picked then has its positions written again."""
-    result = ScheduleResult(messages_written=_refresh_messages(store, book, say, now, held or {}))
+    write = write_messages or store.set_waiting_messages
+    result = ScheduleResult(messages_written=_refresh_messages(write, book, say, now, held or {}))
     for queue, task in choose(book, acquiring, held):
         try:
             if queue not in book.limits:
@@ -168,12 +174,12 @@ def schedule(
         book.last_actor[queue] = task.actor
         events.moved(TaskMove(task.task_id, queue, Stage.WAITING, Stage.ACQUIRING, now, task.submitted_at))
     book.remove(p.task_id for p in result.picks)
-    result.messages_written += _refresh_messages(store, book, say, now, held or {})
+    result.messages_written += _refresh_messages(write, book, say, now, held or {})
     return result
 
 
 def _refresh_messages(
-    store: TaskStore, book: QueueBook, say: Messages, now: datetime, held: Mapping[str, str]
+    write: MessageWrite, book: QueueBook, say: Messages, now: datetime, held: Mapping[str, str]
 ) -> int:
     changed: dict[str, str] = {}
     for queue in book.dirty:
@@ -188,6 +194,6 @@ def _refresh_messages(
                 changed[task_id] = text
     book.dirty.clear()
     if changed:
-        store.set_waiting_messages(changed, now)
+        write(changed, now)
         book.written.update(changed)
     return len(changed)
