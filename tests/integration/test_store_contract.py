@@ -643,3 +643,19 @@ def test_a_failed_warm_pool_goes_deleting_and_its_rule_remembers_why(
     store.warm_rule_failed("morning", "reservation res is not READY", T2)
     store.warm_rule_failed("gone", "nobody to tell", T2)  # a removed rule: nothing to write
     assert store.warm_rules()[0].last_error == "reservation res is not READY"
+
+
+def test_queue_pools_lists_one_queues_pools_in_the_states_asked_oldest_record_first(store: TaskStore) -> None:
+    store.write_ahead_pool(pool("late", "t-late"), T1)
+    store.write_ahead_pool(pool("early", "t-early"), T0)
+    store.write_ahead_pool(pool("other-topology", "t-other", queue=Q2), T0)
+    store.write_ahead_pool(pool("in-use", "t-in-use"), T2)
+    store.pool_ready("c1", "in-use", T2)
+    assert store.start_deleting_pool("c1", "late", "t-late", T2)
+    assert [p.name for p in store.queue_pools(Q, [PoolState.CREATING, PoolState.DELETING])] == [
+        "early",
+        "late",
+    ]
+    assert [p.name for p in store.queue_pools(Q, [PoolState.IN_USE])] == ["in-use"]
+    assert [p.name for p in store.queue_pools(Q2, [PoolState.CREATING])] == ["other-topology"]
+    assert store.queue_pools(QueueKey("c2", "2x2"), list(PoolState)) == []

@@ -332,6 +332,13 @@ class MemoryTaskStore:
         found = [p for p in self.pools.values() if p.state in states]
         return sorted(found, key=lambda p: self.pool_created[(p.cluster_id, p.name)])
 
+    def queue_pools(self, queue: QueueKey, states: Sequence[PoolState]) -> list[NodePool]:
+        return [
+            p
+            for p in self.pools_in(states)
+            if (p.cluster_id, p.topology) == (queue.cluster_id, queue.topology)
+        ]
+
     def held_pool(self, cluster_id: str, task_id: str) -> NodePool | None:
         return next(
             (

@@ -49,7 +49,7 @@ from falcon.domain.status import Reason
 from falcon.domain.topology import SliceShape, resolve_shape
 from falcon.domain.workloads import ClusterEvent, JobState, PodState, StartGrace, start_failure
 from falcon.services.context import Services
-from falcon.services.pool_deletion import marked_pools, take_back
+from falcon.services.pool_deletion import take_back
 from falcon.services.ports import ClusterJobs, TaskStore
 
 logger = logging.getLogger(__name__)
@@ -101,14 +101,18 @@ def _take_idle(services: Services, view: TaskView) -> tuple[NodePool | None, str
     """The queue's oldest idle pool, or else one of its marked pools taken back (``taken_back``)."""
     store, now = services.store, services.clock.now()
     held = store.claim_idle_pool(view.queue, view.task.id, now)
-    if held is None and take_back(services, view.cluster, _marked(services, view)):
+    if held is not None:
+        return held, None
+    marked = _marked(services, store.queue_pools(view.queue, [PoolState.DELETING]))
+    if marked and take_back(services, view.cluster, marked):
         return store.claim_idle_pool(view.queue, view.task.id, now), "taken_back"
-    return held, None
+    return None, None
 
 
-def _marked(services: Services, view: TaskView) -> list[str]:
-    """The queue's pools marked for deletion, where the keeping policy takes them back."""
-    return marked_pools(services, view.queue) if services.keep_policy.takes_back else []
+def _marked(services: Services, pools: list[NodePool]) -> list[str]:
+    """The names of ``pools`` marked for deletion, where the keeping policy takes them back."""
+    takes_back = services.keep_policy.takes_back
+    return [p.name for p in pools if p.state is PoolState.DELETING] if takes_back else []
 
 
 def _took_idle(services: Services, view: TaskView, pool: NodePool, how: str | None) -> None:
@@ -290,8 +294,9 @@ def _hand_over(services: Services, view: TaskView, own: str) -> str | None:
     then idle for the queue's next task (or deleted by the usual rule); one GKE never got is
     closed. GKE is asked which it is; when it does not answer, the hand-over waits a round."""
     store = services.store
-    idle = store.idle_count(view.queue) > 0
-    marked = [] if idle else _marked(services, view)
+    pools = store.queue_pools(view.queue, [PoolState.IDLE, PoolState.DELETING])  # one read a poll
+    idle = any(p.state is PoolState.IDLE for p in pools)
+    marked = [] if idle else _marked(services, pools)
     if not idle and not marked:
         return None
     try:

@@ -18,7 +18,7 @@ import logging
 
 from falcon.domain.errors import FalconError
 from falcon.domain.lifecycle import PoolState
-from falcon.domain.model import Cluster, QueueKey
+from falcon.domain.model import Cluster
 from falcon.services.context import Services
 
 logger = logging.getLogger(__name__)
@@ -35,17 +35,8 @@ def ask_delete(services: Services, cluster: Cluster, name: str) -> bool:
         return True
 
 
-def marked_pools(services: Services, queue: QueueKey) -> list[str]:
-    """The names of the queue's pools marked for deletion and not gone yet."""
-    return [
-        pool.name
-        for pool in services.store.pools_in([PoolState.DELETING])
-        if pool.cluster_id == queue.cluster_id and pool.topology == queue.topology
-    ]
-
-
 def take_back(services: Services, cluster: Cluster, marked: list[str]) -> bool:
-    """Make one of the ``marked`` pools (``marked_pools``) that GKE is not deleting idle again,
+    """Make one of the ``marked`` pools (of one queue) that GKE is not deleting idle again,
     for the caller (the queue's acquiring task, the only one that may take a pool now) to take;
     True when one was. A pool GKE does not answer for this time is left marked."""
     for name in marked:

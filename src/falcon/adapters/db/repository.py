@@ -812,6 +812,19 @@ def pools_in(session: Session, states: Sequence[PoolState]) -> list[NodePool]:
     return [_pool(r) for r in session.scalars(query)]
 
 
+def queue_pools(session: Session, queue: QueueKey, states: Sequence[PoolState]) -> list[NodePool]:
+    query = (
+        sa.select(NodePoolRow)
+        .where(
+            NodePoolRow.cluster_id == queue.cluster_id,
+            NodePoolRow.topology == queue.topology,
+            NodePoolRow.state.in_([s.value for s in states]),
+        )
+        .order_by(NodePoolRow.created_at)
+    )
+    return [_pool(r) for r in session.scalars(query)]
+
+
 def held_pool(session: Session, cluster_id: str, task_id: str) -> NodePool | None:
     """The pool a task holds (being created for it, or in use by it), if any."""
     row = session.scalar(

@@ -103,6 +103,10 @@ class SqlTaskStore:
         with self._tx() as s:
             return repo.pools_in(s, states)
 
+    def queue_pools(self, queue: QueueKey, states: Sequence[PoolState]) -> list[NodePool]:
+        with self._tx() as s:
+            return repo.queue_pools(s, queue, states)
+
     def held_pool(self, cluster_id: str, task_id: str) -> NodePool | None:
         with self._tx() as s:
             return repo.held_pool(s, cluster_id, task_id)
