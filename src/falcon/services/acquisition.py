@@ -307,14 +307,13 @@ def _hand_over(services: Services, view: TaskView, own: str) -> str | None:
         return None
     if own_status is not None and own_status.ready:
         return None  # its own is ready: this round's poll takes it
-    taken_back = not idle and take_back(services, view.cluster, marked)
-    if not idle and not taken_back:
-        return None
+    if not idle and not take_back(services, view.cluster, marked):
+        return None  # nothing idle, and no marked pool GKE has not begun deleting
     taken = store.hand_over(view.queue, view.task.id, own, own_status is not None, services.clock.now())
     if taken is None:
         return None
     logger.info("event=hand_over task_id=%s pool=%s own=%s", view.task.id, taken.name, own)
-    _took_idle(services, view, taken, "taken_back" if taken_back else "hand_over")
+    _took_idle(services, view, taken, "hand_over" if idle else "taken_back")
     return taken.name
 
 
