@@ -72,12 +72,15 @@ import yaml
 from local_stack import run_main
 from mysql_server import mariadb
 from scale_metrics import (
+    DEFERRED_METRIC,
     GC_METRIC,
     MESSAGES_METRIC,
     RECONCILE_METRIC,
     TICK_METRIC,
     Histogram,
     Usage,
+    counted_since,
+    counter_total,
     find_process,
     histograms,
     quantile,
@@ -347,24 +350,36 @@ class Sampler(threading.Thread):
 LOOPS = {"tick": TICK_METRIC, "reconcile": RECONCILE_METRIC, "messages": MESSAGES_METRIC}
 
 
-def scrape(port: int) -> dict[str, Histogram]:
-    """The dispatcher's histograms keyed "<loop>/<part>" (tick/total, reconcile/falcon, ...) and
-    its process's garbage collections keyed "gc/<generation>"; empty if it does not (yet) export them."""
+@dataclass(frozen=True)
+class Scrape:
+    """One read of the dispatcher's ``/metrics``: its histograms keyed "<loop>/<part>" (tick/total,
+    reconcile/falcon, ...) and its process's garbage collections keyed "gc/<generation>", and the
+    picks deferred so far (``falcon_picks_deferred``, summed over the queues). Empty and None when
+    it does not (yet) export them."""
+
+    histograms: dict[str, Histogram] = field(default_factory=dict)
+    picks_deferred: float | None = None
+
+
+def scrape(port: int) -> Scrape:
     if not port:
-        return {}
+        return Scrape()
     try:
         answer = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
     except httpx.HTTPError:
-        return {}
+        return Scrape()
     if answer.status_code != 200:
-        return {}
+        return Scrape()
     loops = {
         f"{loop}/{part}": histogram
         for loop, metric in LOOPS.items()
         for part, histogram in histograms(answer.text, metric, "part").items()
     }
     collections = histograms(answer.text, GC_METRIC, "generation")
-    return loops | {f"gc/{generation}": histogram for generation, histogram in collections.items()}
+    return Scrape(
+        loops | {f"gc/{generation}": histogram for generation, histogram in collections.items()},
+        counter_total(answer.text, DEFERRED_METRIC),
+    )
 
 
 # --- phases -------------------------------------------------------------------------------------
@@ -434,8 +449,15 @@ def tick_table(window: dict[str, Histogram]) -> dict[str, Any]:
     return table
 
 
-def window_of(later: dict[str, Histogram], earlier: dict[str, Histogram]) -> dict[str, Histogram]:
-    return {part: h.since(earlier.get(part)) for part, h in later.items()}
+def window_of(later: Scrape, earlier: Scrape) -> dict[str, Histogram]:
+    return {part: h.since(earlier.histograms.get(part)) for part, h in later.histograms.items()}
+
+
+def deferred_in(later: Scrape, earlier: Scrape) -> float | None:
+    """Picks deferred between two scrapes; None when the later one did not reach the dispatcher."""
+    if later.picks_deferred is None:
+        return None
+    return counted_since(later.picks_deferred, earlier.picks_deferred)
 
 
 def usage_table(samples: list[Sample]) -> dict[str, Any]:
@@ -558,6 +580,9 @@ def print_report(result: dict[str, Any]) -> None:
                 f"  {part:<22} {row['ticks']:>6} {_quantile_cell(row['p50']):>24} "
                 f"{_quantile_cell(row['p99']):>24} {row['mean'] * 1e3:>6.1f} ms"
             )
+        deferred = result.get("picks_deferred", {}).get(window)
+        if deferred is not None:
+            print(f"  picks deferred (Prefect's slot call not answered in time): {deferred:.0f}")
     steady_falcon = result["ticks"]["steady"].get("tick/falcon")
     if steady_falcon and steady_falcon["p99"]:
         verdict = "OK" if steady_falcon["p99"]["value"] < TICK_GOAL_P99 else "MISS"
@@ -742,6 +767,10 @@ def steady_and_drain(
         "ticks": {
             "steady": tick_table(window_of(after_steady, before)),
             "drain": tick_table(window_of(after_drain, after_steady)),
+        },
+        "picks_deferred": {
+            "steady": deferred_in(after_steady, before),
+            "drain": deferred_in(after_drain, after_steady),
         },
     }
 

@@ -25,6 +25,7 @@ TICK_METRIC = "falcon_dispatcher_tick_seconds"
 MESSAGES_METRIC = "falcon_dispatcher_messages_seconds"
 RECONCILE_METRIC = "falcon_dispatcher_reconcile_seconds"  # the loop beside the tick
 GC_METRIC = "falcon_gc_pause_seconds"  # the dispatcher process's garbage collections, by generation
+DEFERRED_METRIC = "falcon_picks_deferred"  # picks left to the next tick: Prefect's slot call not answered
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,25 @@ def histograms(text: str, metric: str, label: str) -> dict[str, Histogram]:
             elif sample.name.endswith("_sum"):
                 one.total = sample.value
     return {key: Histogram(tuple(sorted(one.buckets)), one.count, one.total) for key, one in series.items()}
+
+
+def counter_total(text: str, metric: str) -> float:
+    """The sum over every labelled series of the counter ``metric`` (its name without ``_total``) in a
+    Prometheus text page. A labelled counter none of whose series was incremented yet exports no
+    sample, hence 0 when the page has none."""
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == metric and family.type == "counter"
+        for sample in family.samples
+        if sample.name == f"{metric}_total"
+    )
+
+
+def counted_since(later: float, earlier: float | None) -> float:
+    """A counter's increase between two scrapes; less now than then means the process was replaced in
+    between and its new one counts from zero (as ``Histogram.since``)."""
+    return later if earlier is None or earlier > later else later - earlier
 
 
 def quantile(histogram: Histogram, q: float) -> Quantile | None:
