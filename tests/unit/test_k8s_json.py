@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from falcon.adapters.k8s import _event, _pod_state
+from falcon.adapters.k8s import _event, _job_state, _pod_state
 from falcon.domain.job_manifest import TASK_LABEL
 
 
@@ -68,3 +68,27 @@ def test_an_event_is_dated_by_its_first_timestamp_or_else_its_event_time() -> No
     micro = {"involvedObject": {}, "firstTimestamp": None, "eventTime": "2026-12-02T03:00:00.250000Z"}
     assert _event(micro).first_seen == datetime(2026, 12, 2, 3, 0, 0, 250000, tzinfo=UTC)
     assert _event({}).first_seen is None and _event({}).kind == ""
+
+
+def _job_with(*conditions: tuple[str, str]) -> dict[str, object]:
+    return {
+        "metadata": {"name": "falcon-t1", "annotations": {"falcon.dev/task-id": "t1"}},
+        "spec": {"parallelism": 2},
+        "status": {
+            "succeeded": 2,
+            "conditions": [
+                {"type": kind, "status": status, "reason": "R", "message": "m"} for kind, status in conditions
+            ],
+        },
+    }
+
+
+def test_a_job_is_done_from_its_interim_condition_a_sync_before_the_terminal_one() -> None:
+    interim = _job_state(_job_with(("SuccessCriteriaMet", "True")))
+    assert interim.complete and interim.finished and interim.failed_condition is None
+    assert _job_state(_job_with(("SuccessCriteriaMet", "True"), ("Complete", "True"))).complete
+    failing = _job_state(_job_with(("FailureTarget", "True")))
+    assert not failing.complete and failing.failed_condition == "R: m"
+    running = _job_state(_job_with(("SuccessCriteriaMet", "False"), ("Suspended", "False")))
+    assert not running.complete and not running.finished
+    assert (running.task_id, running.parallelism, running.succeeded) == ("t1", 2, 2)

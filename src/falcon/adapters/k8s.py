@@ -145,7 +145,12 @@ def _json(response: Any) -> dict[str, Any]:
 
 
 def _job_state(job: dict[str, Any]) -> JobState:
-    """What Falcon needs of a Job, from the API server's JSON."""
+    """What Falcon needs of a Job, from the API server's JSON.
+
+    The outcome is read from the interim conditions too: since Kubernetes 1.31 the Job controller
+    sets ``SuccessCriteriaMet`` / ``FailureTarget`` as soon as the outcome is decided and
+    ``Complete`` / ``Failed`` only once every pod has terminated, a sync or more later. Falcon's
+    Jobs set no success policy, so success means every pod succeeded: their nodes are free then."""
     metadata, spec, status = job.get("metadata") or {}, job.get("spec") or {}, job.get("status") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
     failed = conditions.get("Failed") or conditions.get("FailureTarget")
@@ -157,7 +162,7 @@ def _job_state(job: dict[str, Any]) -> JobState:
         ready=status.get("ready") or 0,
         succeeded=status.get("succeeded") or 0,
         failed=status.get("failed") or 0,
-        complete="Complete" in conditions,
+        complete="Complete" in conditions or "SuccessCriteriaMet" in conditions,
         failed_condition=f"{failed.get('reason')}: {failed.get('message')}" if failed else None,
         task_id=(metadata.get("annotations") or {}).get("falcon.dev/task-id"),
         suspended=bool(spec.get("suspend")),
