@@ -18,9 +18,11 @@ classified by what happened to its pool.
 
 Measured, all on this process's monotonic clock:
 - Job end: the first Kubernetes watch event (one watch on Jobs per cluster, opened before the
-  first task) showing the Job's Complete or Failed condition. This is the earliest moment anyone
-  can know the Job ended; the emulator sets it at the first simulation tick (0.1 s) after the last
-  pod terminated. Its completionTime has only second resolution, hence the watch.
+  first task) showing the Job's outcome: its interim SuccessCriteriaMet or FailureTarget condition,
+  or Complete or Failed. This is the earliest moment anyone can know the Job ended; the emulator
+  sets the interim one at the first simulation tick (0.1 s) after the last pod terminated, the
+  terminal one a tick later, as the Job controller does since Kubernetes 1.31. Its completionTime
+  has only second resolution, hence the watch.
 - Terminal status: the first poll (every 20 ms, a connection of its own) showing the row
   Succeeded/Failed/Aborted.
 - Falcon's steps between the two, polled likewise: the outcome recorded (progress phase
@@ -82,8 +84,12 @@ ROUND_TIMEOUT = 600.0  # seconds a round may take before the benchmark gives up
 # --- observing ----------------------------------------------------------------------------------
 
 
+# A Job's outcome: the interim conditions come first, the terminal ones once every pod has gone.
+ENDED = ("SuccessCriteriaMet", "FailureTarget", "Complete", "Failed")
+
+
 class JobEnds(threading.Thread):
-    """Watch one cluster's Jobs; note when each first shows a Complete or Failed condition."""
+    """Watch one cluster's Jobs; note when each first shows its outcome (``ENDED``)."""
 
     def __init__(self, base_url: str, ends: dict[str, float], lock: threading.Lock) -> None:
         super().__init__(daemon=True, name=f"watch-{base_url.rsplit('/', 1)[-1]}")
@@ -109,7 +115,7 @@ class JobEnds(threading.Thread):
         if event.get("type") not in ("ADDED", "MODIFIED") or not isinstance(job, dict):
             return
         conditions = job.get("status", {}).get("conditions") or []
-        if any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions):
+        if any(c.get("type") in ENDED and c.get("status") == "True" for c in conditions):
             with self.lock:
                 self.ends.setdefault(job["metadata"]["name"], at)
 
