@@ -582,7 +582,7 @@ def print_report(result: dict[str, Any]) -> None:
             )
         deferred = result.get("picks_deferred", {}).get(window)
         if deferred is not None:
-            print(f"  picks deferred (Prefect's slot call not answered in time): {deferred:.0f}")
+            print(f"  picks deferred (Prefect answered the slot call busy, or not at all): {deferred:.0f}")
     steady_falcon = result["ticks"]["steady"].get("tick/falcon")
     if steady_falcon and steady_falcon["p99"]:
         verdict = "OK" if steady_falcon["p99"]["value"] < TICK_GOAL_P99 else "MISS"

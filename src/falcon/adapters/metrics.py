@@ -240,8 +240,8 @@ DURATION = Histogram(
 
 PICKS_DEFERRED = Counter(
     "falcon_picks_deferred",
-    "a queue's next task due a pick, left to the next tick: the slot service (Prefect's API) did"
-    " not answer in time",
+    "a queue's next task due a pick, left to the next tick: the slot service (Prefect's API)"
+    " answered busy (429, 5xx) or not at all",
     _QUEUE,
 )
 

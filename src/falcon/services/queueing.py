@@ -104,7 +104,7 @@ class QueueBook:
 class ScheduleResult:
     picks: list[Pick] = field(default_factory=list)
     slot_held: list[QueueKey] = field(default_factory=list)  # free in the database, held in Prefect
-    deferred: list[QueueKey] = field(default_factory=list)  # the slot service did not answer in time
+    deferred: list[QueueKey] = field(default_factory=list)  # the slot service answered busy, or not at all
     messages_written: int = 0
 
 
@@ -137,7 +137,7 @@ def schedule(
     """Pick and claim the next task of every free queue, then rewrite the Messages that changed.
     ``held`` maps the clusters that cannot be reached to the Message their waiting tasks show;
     ``events`` is told of each pick recorded, and of each left to the next tick because the slot
-    service did not answer in time. ``write_messages`` writes the Messages (the store's
+    service answered busy or not at all. ``write_messages`` writes the Messages (the store's
     ``set_waiting_messages`` unless given: the deployed dispatcher writes them beside the tick).
 
     New tasks get their position before any slot is asked for: a slot is a Prefect API call,
