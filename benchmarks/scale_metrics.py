@@ -25,7 +25,7 @@ TICK_METRIC = "falcon_dispatcher_tick_seconds"
 MESSAGES_METRIC = "falcon_dispatcher_messages_seconds"
 RECONCILE_METRIC = "falcon_dispatcher_reconcile_seconds"  # the loop beside the tick
 GC_METRIC = "falcon_gc_pause_seconds"  # the dispatcher process's garbage collections, by generation
-DEFERRED_METRIC = "falcon_picks_deferred"  # picks left to the next tick: Prefect's slot call not answered
+DEFERRED_METRIC = "falcon_picks_deferred"  # picks left to the next tick: Prefect answered busy, or not at all
 
 
 @dataclass(frozen=True)
