@@ -804,25 +804,23 @@ def get_pool(session: Session, cluster_id: str, name: str) -> NodePool | None:
 
 
 def pools_in(session: Session, states: Sequence[PoolState]) -> list[NodePool]:
-    query = (
+    return [_pool(r) for r in session.scalars(_pools_query(states))]
+
+
+def queue_pools(session: Session, queue: QueueKey, states: Sequence[PoolState]) -> list[NodePool]:
+    query = _pools_query(states).where(
+        NodePoolRow.cluster_id == queue.cluster_id, NodePoolRow.topology == queue.topology
+    )
+    return [_pool(r) for r in session.scalars(query)]
+
+
+def _pools_query(states: Sequence[PoolState]) -> sa.Select[NodePoolRow]:
+    """The pools in ``states``, oldest record first."""
+    return (
         sa.select(NodePoolRow)
         .where(NodePoolRow.state.in_([s.value for s in states]))
         .order_by(NodePoolRow.created_at)
     )
-    return [_pool(r) for r in session.scalars(query)]
-
-
-def queue_pools(session: Session, queue: QueueKey, states: Sequence[PoolState]) -> list[NodePool]:
-    query = (
-        sa.select(NodePoolRow)
-        .where(
-            NodePoolRow.cluster_id == queue.cluster_id,
-            NodePoolRow.topology == queue.topology,
-            NodePoolRow.state.in_([s.value for s in states]),
-        )
-        .order_by(NodePoolRow.created_at)
-    )
-    return [_pool(r) for r in session.scalars(query)]
 
 
 def held_pool(session: Session, cluster_id: str, task_id: str) -> NodePool | None:
