@@ -7,6 +7,7 @@ caching); they look the services up here.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -100,12 +101,20 @@ class Gateways:
             return self._kubernetes[cluster.id]
 
 
+def log_falcon_at(settings: Settings) -> None:
+    """Set the level of Falcon's loggers. Prefect's logging config gives the ``falcon`` logger
+    its run-log handler (PREFECT_LOGGING_EXTRA_LOGGERS) but no level, so it would inherit the
+    root's WARNING and drop every ``event=…`` line Falcon logs at INFO."""
+    logging.getLogger("falcon").setLevel(settings.log_level.value)
+
+
 def build_services(settings: Settings, launcher: Launcher | None = None) -> Services:
     # Prefect is imported here, not above: `falcon tidal` reaches the clusters through Gateways
     # and has no use for it (importing Prefect is seconds of a command's start).
     from falcon.adapters.runs import DeploymentLauncher
     from falcon.adapters.slots import PrefectSlots, SlotNames
 
+    log_falcon_at(settings)
     gateways = Gateways(settings)
     store = SqlTaskStore(settings.resolved_database_url)
     return Services(
@@ -126,6 +135,7 @@ def build_services(settings: Settings, launcher: Launcher | None = None) -> Serv
 def build_tidal_controller(settings: Settings, log: Log) -> tuple[TidalController, ClusterWorkers]:
     """The TidalScheduler controller over the registry's clusters; the caller closes the workers
     once the controller's run is over."""
+    log_falcon_at(settings)
     gateways = Gateways(settings)
     store = SqlTaskStore(settings.resolved_database_url)
     workers = ClusterWorkers(settings.tidal_workers_per_cluster)

@@ -18,6 +18,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from falcon.domain.messages import Locale
 
 
+class LogLevel(StrEnum):
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+
+
 class RunsIn(StrEnum):
     """Where the per-task and warm flow runs execute (``adapters/runs.py``)."""
 
@@ -51,6 +58,9 @@ class Settings(BaseSettings):
         default=None, description="name of a prefect-gcp GcpCredentials block; unset = ADC"
     )
     message_locale: Locale = Locale.ZH
+    log_level: LogLevel = Field(
+        default=LogLevel.INFO, description="level of Falcon's own loggers (falcon.*): INFO logs every task move"
+    )
 
     # -- dispatcher loop
     tick_seconds: float = Field(default=0.5, gt=0, description="how often the dispatcher polls the job table")

@@ -146,6 +146,15 @@ def test_falcon_local_with_the_emulator_runs_tasks_from_the_cli_and_from_plain_s
         wait_for(db, {cli_task: "Succeeded", "sql-1": "Succeeded", "sql-broken": "Failed"}, proc, 240)
         assert statuses(db)["sql-broken"] == ("Failed", "InvalidSpec")
         took = stop_and_check_nothing_left(proc, home, signal.SIGINT)
+    log = (home / "local.log").read_text().splitlines()  # every move is a line of the log
+    moves = [line.split(" - ", 1)[-1] for line in log if "event=task_moved task_id=sql-" in line]
+    for task_id, source, target in [
+        ("sql-1", "waiting", "acquiring"),
+        ("sql-1", "dispatched", "running"),
+        ("sql-1", "releasing", "done"),
+        ("sql-broken", "new", "done"),
+    ]:
+        assert any(f"task_id={task_id} " in m and f" from={source} to={target} " in m for m in moves), moves
     assert proc.returncode == 0
     assert took < 20, f"Ctrl-C took {took:.1f}s"
 

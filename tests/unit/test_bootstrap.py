@@ -1,7 +1,14 @@
-"""The composition root's seam for a process that embeds the flows with its own wiring."""
+"""The composition root: the seam for a process that embeds the flows with its own wiring, and
+the level of Falcon's own logs in a process whose logging Prefect set up."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 from tests.unit.fakes import make_services
 
 from falcon.bootstrap import services, serving
@@ -13,3 +20,37 @@ def test_flows_run_on_the_served_services_for_the_block_and_the_outer_ones_after
         with serving(inner):
             assert services() is inner
         assert services() is outer
+
+
+FALCON_LOGS = """
+import logging
+from prefect.logging.configuration import setup_logging
+setup_logging()  # as Prefect does in a served process, before it runs a flow
+from falcon.bootstrap import build_services
+from falcon.settings import get_settings
+build_services(get_settings())
+logging.getLogger("falcon.events").info("event=task_moved task_id=t1")
+logging.getLogger("falcon.audit").info("event=audit action=abort task_id=t1")
+"""
+
+
+@pytest.mark.parametrize(
+    ("level", "logged"),
+    [
+        pytest.param(None, True, id="by default: every event line is logged"),
+        pytest.param("WARNING", False, id="FALCON_LOG_LEVEL=WARNING: INFO lines are not"),
+    ],
+)
+def test_falcon_info_lines_reach_the_log_of_a_process_whose_logging_prefect_set_up(
+    tmp_path: Path, level: str | None, logged: bool
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FALCON_", "PREFECT_"))}
+    env.update(FALCON_HOME=str(tmp_path), FALCON_EMULATOR_URL="http://127.0.0.1:9")  # no client is used
+    env.update(PREFECT_HOME=str(tmp_path), PREFECT_LOGGING_EXTRA_LOGGERS="falcon")
+    if level:
+        env["FALCON_LOG_LEVEL"] = level
+    done = subprocess.run(
+        [sys.executable, "-c", FALCON_LOGS], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
+    for line in ("event=task_moved task_id=t1", "event=audit action=abort task_id=t1"):
+        assert (line in done.stderr) is logged, done.stderr
