@@ -1,7 +1,9 @@
 """Falcon at scale on one machine (issue 10): N tasks Running and M waiting over Q queues.
 
 The stack is the one `falcon local` runs: a throwaway MariaDB (benchmarks/mysql_server.py), a
-Prefect server (`falcon.local.prefect_server`), the emulator (`falcon emulator serve`, a process
+Prefect server (`falcon.local.prefect_server`; its database SQLite as `falcon local` keeps it, or
+with ``--prefect-db postgres`` a throwaway PostgreSQL as production runs it, whose processes are
+not counted), the emulator (`falcon emulator serve`, a process
 of its own so that its memory and CPU are apart from Falcon's: benchmarks/local_stack.py runs it
 on a thread of the benchmark, and with the demo's two clusters), and `falcon.local.served_stack`,
 the child process that serves Falcon's deployments, with ``FALCON_HEALTH_PORT`` set so the
@@ -69,7 +71,7 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import sqlalchemy as sa
 import yaml
-from local_stack import run_main
+from local_stack import prefect_api, run_main
 from mysql_server import mariadb
 from scale_metrics import (
     DEFERRED_METRIC,
@@ -95,7 +97,7 @@ from falcon.adapters.db.orm import JobRow
 from falcon.adapters.db.session import session_scope
 from falcon.domain.model import Cluster, ClusterStatus
 from falcon.domain.status import TERMINAL, Status
-from falcon.local import free_port, prefect_server, served_stack, stop_tree
+from falcon.local import free_port, served_stack, stop_tree
 from falcon.settings import get_settings
 
 TOPOLOGIES = ("1x1", "2x2", "2x4", "4x4")
@@ -601,6 +603,13 @@ def parse_args() -> argparse.Namespace:
     add("--waiting", type=int, default=10000, help="tasks inserted once those run (%(default)s)")
     add("--queues", type=int, default=20, help="clusters x topologies: 1-4 or a multiple of 4 (%(default)s)")
     add("--db", choices=["mariadb", "sqlite"], default="mariadb")
+    add(
+        "--prefect-db",
+        choices=["sqlite", "postgres"],
+        default="sqlite",
+        help="the Prefect server's database: SQLite as `falcon local` keeps it, or a throwaway PostgreSQL "
+        "as production runs it (%(default)s)",
+    )
     add("--runs-in", choices=["dispatcher", "deployments"], help="FALCON_RUNS_IN (default: Falcon's)")
     add(
         "--hold-seconds", type=float, help="run time of the first tasks (default: ramp limit + steady window)"
@@ -679,7 +688,7 @@ def scale_stack(args: argparse.Namespace, plan: Plan) -> Iterator[Stack]:
         timings = (args.pool_seconds, args.flex_delay, args.pod_seconds)
         config.write_text(yaml.safe_dump(emulator_config(plan.shape, *timings)))
         started = time.monotonic()
-        api_url = stack.enter_context(prefect_server(home / "prefect"))
+        api_url = stack.enter_context(prefect_api(home / "prefect", args.prefect_db))
         emulator_url, emulator_proc = stack.enter_context(
             emulator_process(config, home / "emulator", home / "emulator.log")
         )
@@ -853,6 +862,7 @@ def main() -> int:
         result = {
             "command": " ".join(sys.argv),
             "database": args.db,
+            "prefect_database": args.prefect_db,
             "runs_in": args.runs_in,
             "size": {
                 "running": args.running,

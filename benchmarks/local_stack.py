@@ -73,13 +73,7 @@ def local_stack(
         url = get_settings().resolved_database_url
         upgrade(url)
         started = time.monotonic()
-        if prefect_db == "postgres":
-            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/
-            from tests.chaos.run import postgres  # the chaos run's throwaway PostgreSQL
-
-            os.environ["PREFECT_API_DATABASE_CONNECTION_URL"] = stack.enter_context(postgres())
-        api_url = stack.enter_context(prefect_server(home / "prefect"))
-        os.environ.pop("PREFECT_API_DATABASE_CONNECTION_URL", None)
+        api_url = stack.enter_context(prefect_api(home / "prefect", prefect_db))
         emulator_url = stack.enter_context(emulator(None, 0, home / "emulator"))
         register_demo_clusters()
         up = time.monotonic() - started
@@ -87,6 +81,23 @@ def local_stack(
         launched = time.monotonic()
         runner = stack.enter_context(served_stack(home, api_url, emulator_url))
         yield Stack(home, url, api_url, emulator_url, runner, launched)
+
+
+@contextmanager
+def prefect_api(home: Path, prefect_db: str) -> Iterator[str]:
+    """A throwaway Prefect server keeping its database in SQLite under ``home`` (as `falcon local`
+    does) or, for "postgres", on a throwaway PostgreSQL (as production does); its API URL."""
+    with ExitStack() as stack:
+        if prefect_db == "postgres":
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/
+            from tests.chaos.run import postgres  # the chaos run's throwaway PostgreSQL
+
+            os.environ["PREFECT_API_DATABASE_CONNECTION_URL"] = stack.enter_context(postgres())
+        try:
+            api_url = stack.enter_context(prefect_server(home))
+        finally:
+            os.environ.pop("PREFECT_API_DATABASE_CONNECTION_URL", None)  # the server's, not Falcon's
+        yield api_url
 
 
 def _remove_home(home: Path, keep: bool) -> None:
