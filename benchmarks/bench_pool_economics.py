@@ -175,16 +175,19 @@ class Arm:
     keep_policy: KeepPolicy | None  # Services.keep_policy for the arm; None = Falcon's own (CostPolicy)
     creation_prior_seconds: float  # FALCON_POOL_CREATION_PRIOR_SECONDS, compressed like GKE's times
     keeps_idle_pools: bool  # an idle pool at the end is expected (and not waited for)
+    start_delay_weight: float = 0.0  # FALCON_POOL_START_DELAY_WEIGHT (CostPolicy's; the baselines ignore it)
 
 
 ARM_NAMES = ("falcon", "delete-each", "keep-all")
 
 
-def arms(compression: float) -> list[Arm]:
+def arms(compression: float, start_delay_weight: float = 0.0) -> list[Arm]:
     prior = REAL_CREATION_PRIOR / compression
     falcon = "Falcon (CostPolicy: keep while the expected wait costs less than a creation and a deletion)"
+    if start_delay_weight:
+        falcon += f", a minute of start delay worth {start_delay_weight:g} node-minutes per node"
     return [
-        Arm("falcon", falcon, None, prior, False),
+        Arm("falcon", falcon, None, prior, False, start_delay_weight),
         Arm(
             "delete-each",
             "baseline 1: create+delete per task (DeleteEachPolicy)",
@@ -400,7 +403,9 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
             FALCON_RECONCILE_SECONDS=str(FALCON_RECONCILE_SECONDS),
             FALCON_GKE_BUSY_RETRY_SECONDS=str(FALCON_GKE_BUSY_RETRY_SECONDS),
             FALCON_POOL_CREATION_PRIOR_SECONDS=str(arm.creation_prior_seconds),
+            FALCON_POOL_START_DELAY_WEIGHT=str(arm.start_delay_weight),
             FALCON_MESSAGE_LOCALE="en",
+            FALCON_LOG_LEVEL="WARNING",  # the report, not a line per task move
         )
         get_settings.cache_clear()
         settings = get_settings()
@@ -850,19 +855,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compression", type=float, default=DEFAULT_COMPRESSION)
     parser.add_argument("--sample", type=float, default=0.2, help="emulator poll interval, seconds")
     parser.add_argument("--arms", default=",".join(ARM_NAMES))
+    parser.add_argument(
+        "--start-delay-weight",
+        type=float,
+        default=0.0,
+        help="the Falcon arm's FALCON_POOL_START_DELAY_WEIGHT (node-minutes a minute of delay is worth)",
+    )
     parser.add_argument("--json", type=Path, help="write every table, summary and goal here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     seeds = [int(s) for s in args.seeds.split(",")]
     shapes = args.shapes.split(",")
-    chosen = [a for a in arms(args.compression) if a.name in args.arms.split(",")]
+    chosen = [a for a in arms(args.compression, args.start_delay_weight) if a.name in args.arms.split(",")]
     c = args.compression
     print_setup(c, args.sample)
 
     from prefect.testing.utilities import prefect_test_harness
 
-    out: dict[str, object] = {"setup": setup(c, args.sample), "shapes": {}}
+    out: dict[str, object] = {"setup": setup(c, args.sample, args.start_delay_weight), "shapes": {}}
     errors = ErrorLog()
     prefect_logger = logging.getLogger("prefect")
     with prefect_test_harness(server_startup_timeout=120), tempfile.TemporaryDirectory() as tmp:
@@ -928,7 +939,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def setup(compression: float, sample: float) -> dict[str, object]:
+def setup(compression: float, sample: float, start_delay_weight: float = 0.0) -> dict[str, object]:
     return {
         "compression": compression,
         "node_pool_create_s": PROVISION_SECONDS,
@@ -939,6 +950,7 @@ def setup(compression: float, sample: float) -> dict[str, object]:
         "falcon_reconcile_s": FALCON_RECONCILE_SECONDS,
         "falcon_gke_busy_retry_s": FALCON_GKE_BUSY_RETRY_SECONDS,
         "falcon_creation_prior_s": REAL_CREATION_PRIOR / compression,
+        "falcon_start_delay_weight": start_delay_weight,
         "reservation_nodes": RESERVATIONS,
         "sample_s": sample,
     }

@@ -127,7 +127,9 @@ def build_services(settings: Settings, launcher: Launcher | None = None) -> Serv
         slots=PrefectSlots(SlotNames(store.clusters)),
         launcher=launcher or DeploymentLauncher(),
         clock=SystemClock(),
-        keep_policy=CostPolicy(settings.pool_creation_prior_seconds),
+        keep_policy=CostPolicy(
+            settings.pool_creation_prior_seconds, start_delay_weight=settings.pool_start_delay_weight
+        ),
         events=PrometheusTaskEvents(store.clusters),
     )
 

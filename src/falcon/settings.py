@@ -16,6 +16,7 @@ from pydantic import Field, computed_field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from falcon.domain.messages import Locale
+from falcon.domain.pool_economics import MAX_START_DELAY_WEIGHT
 
 
 class LogLevel(StrEnum):
@@ -116,6 +117,14 @@ class Settings(BaseSettings):
         gt=0,
         le=366 * 24 * 3600,
         description="a pool creation's assumed duration until a queue has observed some",
+    )
+    pool_start_delay_weight: float = Field(
+        default=0.0,
+        ge=0,
+        le=MAX_START_DELAY_WEIGHT,
+        description="node-minutes (per node of the pool) a minute of a task's start delay is worth when"
+        " deciding to keep an idle pool: 0 counts node-time alone; higher keeps pools longer so tasks"
+        " start sooner, for more node-hours",
     )
     orphan_scan_seconds: float = Field(
         default=300.0, gt=0, description="how often GKE is scanned for orphans"

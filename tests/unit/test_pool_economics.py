@@ -5,11 +5,13 @@ bursty gaps (an hour's lulls: deleted, since releases land in the lulls; minutes
 across them), a steady period against two creations, a new queue (the fleet's gaps; too few of
 those too: the ski-rental horizon, one creation), the fleet's gaps per queue, creation times per
 mode (flex-start dearer than the reservation), the prior until enough creations were seen,
-deletions priced with the creation once enough were seen, junk durations ignored, the floor and
+deletions priced with the creation once enough were seen, a weighted start delay (which
+keeps a steady period's pools that node-time alone deletes), junk durations ignored, the floor and
 one spare at release, and the baselines.
 As properties: the horizon's expected cost over the observed gaps, computed here gap by gap, is
 the least of any horizon (so no more than h = 0 or h = C); it is never negative and grows with
-the creation cost; an observed deletion counts as that much more creation; junk never changes
+the creation cost and with the weight of a task's start delay, which prices as that much longer a
+creation; an observed deletion counts as that much more creation; junk never changes
 it; a new queue is kept as the fleet up to one replacement, one with gaps enough as itself; the
 fleet's gaps are every queue's gaps together; the floor always keeps; the baselines do as named;
 and the reaper (each pool by its own horizon and hold, composed with tidal warm targets) deletes
@@ -213,6 +215,25 @@ def test_only_the_newest_observations_count() -> None:
     assert seconds(policy.hold_for_waiters(observed, RES)) == IDLE_WITH_WAITERS_FACTOR * 100
 
 
+@pytest.mark.parametrize(
+    ("weight", "horizon"),
+    [
+        pytest.param(0.0, 0, id="node-time alone: a 900 s period is beyond two creations, deleted"),
+        pytest.param(0.4, 0, id="weight 0.4: beyond two creations of 420 s, still deleted"),
+        pytest.param(0.5, 900, id="weight 0.5: two creations of 450 s, a tie, kept for the period"),
+        pytest.param(1.0, 900, id="weight 1: a minute's delay worth a node-minute, kept for the period"),
+    ],
+)
+def test_a_weighted_start_delay_keeps_pools_across_longer_gaps(weight: float, horizon: float) -> None:
+    policy = CostPolicy(PRIOR, start_delay_weight=weight)
+    assert seconds(policy.horizon(seen((900,) * 6), RES)) == horizon
+
+
+def test_the_start_delay_weighs_the_creation_not_the_deletion() -> None:
+    observed = seen((30, 40), res=(100, 120, 140), deleted=(50, 70, 90))  # ski rental: C itself
+    assert seconds(CostPolicy(PRIOR, start_delay_weight=2.0).horizon(observed, RES)) == 3 * 120 + 70
+
+
 @pytest.mark.parametrize("junk", [float("nan"), float("inf"), -float("inf"), -30.0, 0.0, 1e30])
 def test_junk_durations_are_ignored(junk: float) -> None:
     clean = seen((30, 45, 60, 50, 40), res=(100, 120, 140), deleted=(60, 70, 80))
@@ -247,6 +268,9 @@ def test_a_pool_is_held_for_waiters_who_do_not_take_it_ten_times_the_longer_of_h
         {"prior_creation_seconds": 1e12},
         {"prior_creation_seconds": PRIOR, "min_gaps": 0},
         {"prior_creation_seconds": PRIOR, "min_creations": 5, "max_creations": 4},
+        {"prior_creation_seconds": PRIOR, "start_delay_weight": -0.5},
+        {"prior_creation_seconds": PRIOR, "start_delay_weight": float("nan")},
+        {"prior_creation_seconds": PRIOR, "start_delay_weight": 101},
     ],
 )
 def test_a_policy_that_cannot_decide_is_refused(policy: dict[str, Any]) -> None:
@@ -329,6 +353,20 @@ def test_a_dearer_creation_never_shortens_the_horizon(gaps: list[int], c1: int, 
     low, high = sorted((c1, c2))
     assert horizon_ms(policy_for(low), gaps) <= horizon_ms(policy_for(high), gaps)
     assert horizon_ms(policy_for(low), gaps[:2]) <= horizon_ms(policy_for(high), gaps[:2])  # ski rental
+
+
+@PROPERTY
+@given(GAPS_MS, CREATION_MS, st.integers(0, 20), st.integers(0, 20))
+def test_a_heavier_start_delay_never_shortens_the_horizon_and_prices_as_a_longer_creation(
+    gaps: list[int], creation: int, w1: int, w2: int
+) -> None:
+    light, heavy = (
+        CostPolicy(creation / 1000, max_gaps=1000, start_delay_weight=w / 4) for w in sorted((w1, w2))
+    )
+    assert horizon_ms(light, gaps) <= horizon_ms(heavy, gaps)
+    assert horizon_ms(heavy, gaps) == horizon_ms(
+        policy_for(round(creation * (1 + heavy.start_delay_weight))), gaps
+    )
 
 
 @PROPERTY

@@ -38,6 +38,10 @@ FOREVER = timedelta.max
 # pool costs money for nothing.
 IDLE_WITH_WAITERS_FACTOR = 10
 
+# A task's start delay worth more than this many node-minutes a minute is a policy that keeps
+# everything; KeepAllPolicy says that plainly.
+MAX_START_DELAY_WEIGHT = 100.0
+
 # No arrival gap or creation is longer: beyond a year it is a broken timestamp, not a rhythm.
 LONGEST_SECONDS = 366 * 24 * 3600.0
 
@@ -117,6 +121,12 @@ class CostPolicy:
     ``max_creations`` observed (creations of the mode) once ``min_creations`` were; until then a
     creation is ``prior_creation_seconds`` (the design reckons 5-10 minutes for a TPU slice) and
     a deletion is not priced.
+
+    ``start_delay_weight`` prices what the node-time count leaves out: the next task waits for a
+    new pool's creation too. At weight ``w`` a minute of a task's start delay is worth ``w``
+    node-minutes per node of its pool, so a creation costs ``(1 + w)`` times its duration and
+    ``C`` grows with it: pools are kept longer, tasks start sooner, for more node-time. At 0 (the
+    default) only node-time counts, as issue 10's node-hour goals do.
     """
 
     prior_creation_seconds: float  # a creation's cost until enough creations of the mode were observed
@@ -125,6 +135,7 @@ class CostPolicy:
     min_gaps: int = 5
     max_gaps: int = 64  # the newest ones: a queue's rhythm changes through the day
     takes_back: bool = True
+    start_delay_weight: float = 0.0  # node-minutes a minute of start delay is worth, per node
 
     def __post_init__(self) -> None:
         if not 0 < self.prior_creation_seconds <= LONGEST_SECONDS:
@@ -133,6 +144,10 @@ class CostPolicy:
             )
         if not (1 <= self.min_creations <= self.max_creations and 1 <= self.min_gaps <= self.max_gaps):
             raise ValueError("need 1 <= min_creations <= max_creations and 1 <= min_gaps <= max_gaps")
+        if not 0 <= self.start_delay_weight <= MAX_START_DELAY_WEIGHT:
+            raise ValueError(
+                f"start_delay_weight: {self.start_delay_weight} is not within [0, {MAX_START_DELAY_WEIGHT}]"
+            )
 
     def horizon(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
         replacement = self._replacement_ms(observed, mode)
@@ -157,13 +172,14 @@ class CostPolicy:
         return keep_pool_after_task(waiting, idle) or (horizon > timedelta(0) and idle == waiting)
 
     def _replacement_ms(self, observed: QueueObservations, mode: ProvisioningMode) -> int:
-        """``C``: a creation of the mode plus a deletion, each the median of the newest observed."""
+        """``C``: a creation of the mode, weighted by the start delay it causes, plus a deletion,
+        each the median of the newest observed."""
         created = _milliseconds(observed.creation_seconds.get(mode, ()))[-self.max_creations :]
         deleted = _milliseconds(observed.deletion_seconds)[-self.max_creations :]
         prior = max(1, round(self.prior_creation_seconds * 1000))
         creation = median_low(created) if len(created) >= self.min_creations else prior
         deletion = median_low(deleted) if len(deleted) >= self.min_creations else 0
-        return creation + deletion
+        return round(creation * (1 + self.start_delay_weight)) + deletion
 
 
 @dataclass(frozen=True)
