@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     )
     message_locale: Locale = Locale.ZH
     log_level: LogLevel = Field(
-        default=LogLevel.INFO, description="level of Falcon's own loggers (falcon.*): INFO logs every task move"
+        default=LogLevel.INFO, description="level of Falcon's loggers (falcon.*): INFO logs every task move"
     )
 
     # -- dispatcher loop
