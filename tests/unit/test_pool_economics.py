@@ -234,6 +234,12 @@ def test_the_start_delay_weighs_the_creation_not_the_deletion() -> None:
     assert seconds(CostPolicy(PRIOR, start_delay_weight=2.0).horizon(observed, RES)) == 3 * 120 + 70
 
 
+def test_a_pool_the_waiters_do_not_take_is_held_for_replacements_unweighted_by_the_start_delay() -> None:
+    heavy = CostPolicy(PRIOR, start_delay_weight=4.0)
+    assert seconds(heavy.hold_for_waiters(seen((30, 45, 60, 50, 40)), RES)) == 10 * PRIOR
+    assert seconds(heavy.hold_for_waiters(seen((900,) * 6), RES)) == 10 * 900  # kept for the period
+
+
 @pytest.mark.parametrize("junk", [float("nan"), float("inf"), -float("inf"), -30.0, 0.0, 1e30])
 def test_junk_durations_are_ignored(junk: float) -> None:
     clean = seen((30, 45, 60, 50, 40), res=(100, 120, 140), deleted=(60, 70, 80))
