@@ -162,7 +162,7 @@ class CostPolicy:
     def hold_for_waiters(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
         """The bound counts a replacement's own duration, not the start delay's weight: it is about
         how long a waiter would have taken to get a pool of its own."""
-        replacement = self._replacement_ms(observed, mode, weighted=False)
+        replacement = sum(self._creation_and_deletion_ms(observed, mode))
         longer = max(replacement, _milliseconds_of(self.horizon(observed, mode)))
         return _duration(IDLE_WITH_WAITERS_FACTOR * longer)
 
@@ -173,18 +173,21 @@ class CostPolicy:
         save."""
         return keep_pool_after_task(waiting, idle) or (horizon > timedelta(0) and idle == waiting)
 
-    def _replacement_ms(
-        self, observed: QueueObservations, mode: ProvisioningMode, weighted: bool = True
-    ) -> int:
-        """``C``: a creation of the mode, weighted by the start delay it causes (unless not
-        ``weighted``), plus a deletion, each the median of the newest observed."""
+    def _replacement_ms(self, observed: QueueObservations, mode: ProvisioningMode) -> int:
+        """``C``: a creation of the mode, weighted by the start delay it causes, plus a deletion."""
+        creation, deletion = self._creation_and_deletion_ms(observed, mode)
+        return round(creation * (1 + self.start_delay_weight)) + deletion
+
+    def _creation_and_deletion_ms(
+        self, observed: QueueObservations, mode: ProvisioningMode
+    ) -> tuple[int, int]:
+        """A creation of the mode and a deletion, each the median of the newest observed."""
         created = _milliseconds(observed.creation_seconds.get(mode, ()))[-self.max_creations :]
         deleted = _milliseconds(observed.deletion_seconds)[-self.max_creations :]
         prior = max(1, round(self.prior_creation_seconds * 1000))
         creation = median_low(created) if len(created) >= self.min_creations else prior
         deletion = median_low(deleted) if len(deleted) >= self.min_creations else 0
-        weight = self.start_delay_weight if weighted else 0.0
-        return round(creation * (1 + weight)) + deletion
+        return creation, deletion
 
 
 @dataclass(frozen=True)
