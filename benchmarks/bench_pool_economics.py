@@ -11,6 +11,11 @@ file, under one ephemeral Prefect API:
 * delete-each - create-and-delete per task: DeleteEachPolicy.
 * keep-all    - keep every pool forever: KeepAllPolicy.
 
+One more arm runs only when named (--arms every-spare), to show what start time more spares buy:
+
+* every-spare - Falcon's CostPolicy, except that a release keeps every pool it frees for the
+                queue's horizon, not only one spare beyond the waiters (EverySparePolicy).
+
 The baselines inject their policy through Falcon's own seam: the arm's Services are
 ``dataclasses.replace(services, keep_policy=...)`` and every flow of the arm runs on them
 (``falcon.bootstrap.serving``); no Falcon module is monkeypatched. Nothing else differs.
@@ -65,7 +70,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +93,12 @@ from falcon.adapters.db.session import session_scope  # noqa: E402
 from falcon.bootstrap import build_services, serving  # noqa: E402
 from falcon.domain.lifecycle import PoolState  # noqa: E402
 from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, node_pool_name_for  # noqa: E402
-from falcon.domain.pool_economics import DeleteEachPolicy, KeepAllPolicy, KeepPolicy  # noqa: E402
+from falcon.domain.pool_economics import (  # noqa: E402
+    DeleteEachPolicy,
+    KeepAllPolicy,
+    KeepPolicy,
+    QueueObservations,
+)
 from falcon.domain.status import TERMINAL, Status  # noqa: E402
 from falcon.services.context import Services  # noqa: E402
 from falcon.services.dispatching import Dispatcher  # noqa: E402
@@ -176,18 +186,48 @@ class Arm:
     creation_prior_seconds: float  # FALCON_POOL_CREATION_PRIOR_SECONDS, compressed like GKE's times
     keeps_idle_pools: bool  # an idle pool at the end is expected (and not waited for)
     start_delay_weight: float = 0.0  # FALCON_POOL_START_DELAY_WEIGHT (CostPolicy's; the baselines ignore it)
+    # Wraps Falcon's own policy (built from the settings above) when keep_policy is None.
+    wrap_policy: Callable[[KeepPolicy], KeepPolicy] | None = None
 
 
-ARM_NAMES = ("falcon", "delete-each", "keep-all")
+ARM_NAMES = ("falcon", "delete-each", "keep-all")  # run by default; every-spare when named
+
+
+@dataclass(frozen=True)
+class EverySparePolicy:
+    """Analysis arm: Falcon's policy, except that every pool a release frees is kept for the
+    queue's horizon, where CostPolicy keeps one spare beyond the waiters. The horizon prices the
+    wait for the queue's next arrival, so a second spare is kept as if it were the first: this
+    arm measures what start time more spares buy, it is not a cost rule."""
+
+    falcon: KeepPolicy
+
+    @property
+    def takes_back(self) -> bool:
+        return self.falcon.takes_back
+
+    def horizon(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
+        return self.falcon.horizon(observed, mode)
+
+    def hold_for_waiters(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
+        return self.falcon.hold_for_waiters(observed, mode)
+
+    def keep_at_release(self, waiting: int, idle: int, horizon: timedelta) -> bool:
+        return self.falcon.keep_at_release(waiting, idle, horizon) or horizon > timedelta(0)
 
 
 def arms(compression: float, start_delay_weight: float = 0.0) -> list[Arm]:
     prior = REAL_CREATION_PRIOR / compression
     falcon = "Falcon (CostPolicy: keep while the expected wait costs less than a creation and a deletion)"
+    weighted = f", a minute of start delay worth {start_delay_weight:g} node-minutes per node"
     if start_delay_weight:
-        falcon += f", a minute of start delay worth {start_delay_weight:g} node-minutes per node"
+        falcon += weighted
+    spares = "Falcon keeping every freed pool for the horizon (EverySparePolicy)"
+    if start_delay_weight:
+        spares += weighted
     return [
         Arm("falcon", falcon, None, prior, False, start_delay_weight),
+        Arm("every-spare", spares, None, prior, False, start_delay_weight, EverySparePolicy),
         Arm(
             "delete-each",
             "baseline 1: create+delete per task (DeleteEachPolicy)",
@@ -413,6 +453,8 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
         services = build_services(settings, launcher)
         if arm.keep_policy is not None:
             services = dataclasses.replace(services, keep_policy=arm.keep_policy)
+        elif arm.wrap_policy is not None:
+            services = dataclasses.replace(services, keep_policy=arm.wrap_policy(services.keep_policy))
         arm_wiring.enter_context(serving(services))  # the arm's flows run on these services too
         with session_scope(db_url) as s:
             for cluster in clusters(arm.name):
@@ -854,12 +896,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-max", type=float, default=20.0, help="longest run, emulated seconds")
     parser.add_argument("--compression", type=float, default=DEFAULT_COMPRESSION)
     parser.add_argument("--sample", type=float, default=0.2, help="emulator poll interval, seconds")
-    parser.add_argument("--arms", default=",".join(ARM_NAMES))
+    parser.add_argument(
+        "--arms",
+        default=",".join(ARM_NAMES),
+        help="comma-separated, of: " + ", ".join(a.name for a in arms(DEFAULT_COMPRESSION)),
+    )
     parser.add_argument(
         "--start-delay-weight",
         type=float,
         default=0.0,
-        help="the Falcon arm's FALCON_POOL_START_DELAY_WEIGHT (node-minutes a minute of delay is worth)",
+        help="the Falcon arms' FALCON_POOL_START_DELAY_WEIGHT (node-minutes a minute of delay is worth)",
     )
     parser.add_argument("--json", type=Path, help="write every table, summary and goal here")
     args = parser.parse_args(argv)
