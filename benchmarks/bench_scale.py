@@ -26,7 +26,8 @@ cluster as on GKE. Rows are inserted with plain SQL, as upstream does:
 Measured:
 * memory and CPU, sampled every ``--sample-seconds``: the sum over Falcon's processes (the
   served-stack process and every process it started: the dispatcher's run, the tidal controller's,
-  flow runs) and, apart, the Prefect server's tree, the emulator's and MariaDB's. PSS (shared pages
+  flow runs) and, apart, the Prefect server's tree, the emulator's, MariaDB's and, with
+  ``--prefect-db postgres``, the Prefect server's PostgreSQL's. PSS (shared pages
   split between the processes that map them) and RSS, peak and median over the steady window; CPU
   seconds per wall second over the window and at the busiest sample interval;
 * the dispatcher's tick (intake, aborts, picks, launches) and, apart, its reconcile round (following
@@ -301,6 +302,7 @@ class Processes:
     prefect: int | None
     emulator: int
     mariadb: int | None
+    postgres: int | None = None  # the Prefect server's database, with --prefect-db postgres
 
     def sample(self) -> dict[str, Usage]:
         groups = {
@@ -308,17 +310,26 @@ class Processes:
             "prefect": self.prefect,
             "emulator": self.emulator,
             "mariadb": self.mariadb,
+            "postgres": self.postgres,
         }
         return {name: usage(tree(pid)) for name, pid in groups.items() if pid is not None}
 
 
-def find_servers(api_url: str, db_url: str) -> tuple[int | None, int | None]:
-    """The Prefect server's and mariadbd's pids, by their command lines."""
+def find_servers(api_url: str, db_url: str, prefect_db: str) -> tuple[int | None, int | None, int | None]:
+    """The Prefect server's, mariadbd's and (on --prefect-db postgres) PostgreSQL's pids, by their
+    command lines. PostgreSQL's is the throwaway server's (its data folder has the prefix
+    tests/chaos/run.py gives it); the oldest match may be the runuser that started it as the
+    postgres user, whose tree holds the server and its backends all the same."""
     port = str(urlparse(api_url).port)
     prefect = find_process("prefect", "server", port)
     sockets = parse_qs(urlparse(db_url).query).get("unix_socket", [])
     maria = find_process("mariadbd", f"--socket={sockets[0]}") if sockets else None
-    return (prefect.pid if prefect else None, maria.pid if maria else None)
+    postgres = find_process("postgres", "-D", "falcon-chaos-pg-") if prefect_db == "postgres" else None
+    return (
+        prefect.pid if prefect else None,
+        maria.pid if maria else None,
+        postgres.pid if postgres else None,
+    )
 
 
 @dataclass
@@ -693,8 +704,8 @@ def scale_stack(args: argparse.Namespace, plan: Plan) -> Iterator[Stack]:
             emulator_process(config, home / "emulator", home / "emulator.log")
         )
         runner = stack.enter_context(served_stack(home, api_url, emulator_url))
-        prefect_pid, maria_pid = find_servers(api_url, url)
-        processes = Processes(runner.pid, prefect_pid, emulator_proc.pid, maria_pid)
+        prefect_pid, maria_pid, postgres_pid = find_servers(api_url, url, args.prefect_db)
+        processes = Processes(runner.pid, prefect_pid, emulator_proc.pid, maria_pid, postgres_pid)
         sampler = Sampler(processes, args.sample_seconds)
         sampler.start()
         stack.callback(sampler.stop)
