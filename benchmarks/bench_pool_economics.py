@@ -182,12 +182,12 @@ def clusters(arm: str) -> list[Cluster]:
 class Arm:
     name: str
     label: str
-    keep_policy: KeepPolicy | None  # Services.keep_policy for the arm; None = Falcon's own (CostPolicy)
+    # Services.keep_policy for the arm, from Falcon's own (CostPolicy, built from the settings
+    # below); None = Falcon's own.
+    keep_policy: Callable[[KeepPolicy], KeepPolicy] | None
     creation_prior_seconds: float  # FALCON_POOL_CREATION_PRIOR_SECONDS, compressed like GKE's times
     keeps_idle_pools: bool  # an idle pool at the end is expected (and not waited for)
     start_delay_weight: float = 0.0  # FALCON_POOL_START_DELAY_WEIGHT (CostPolicy's; the baselines ignore it)
-    # Wraps Falcon's own policy (built from the settings above) when keep_policy is None.
-    wrap_policy: Callable[[KeepPolicy], KeepPolicy] | None = None
 
 
 ARM_NAMES = ("falcon", "delete-each", "keep-all")  # run by default; every-spare when named
@@ -225,15 +225,21 @@ def arms(compression: float, start_delay_weight: float = 0.0) -> list[Arm]:
     spares = "Falcon keeping every freed pool for the horizon (EverySparePolicy)" + weighted
     return [
         Arm("falcon", falcon, None, prior, False, start_delay_weight),
-        Arm("every-spare", spares, None, prior, False, start_delay_weight, EverySparePolicy),
+        Arm("every-spare", spares, EverySparePolicy, prior, False, start_delay_weight),
         Arm(
             "delete-each",
             "baseline 1: create+delete per task (DeleteEachPolicy)",
-            DeleteEachPolicy(),
+            lambda _falcon: DeleteEachPolicy(),
             prior,
             False,
         ),
-        Arm("keep-all", "baseline 2: keep every pool forever (KeepAllPolicy)", KeepAllPolicy(), prior, True),
+        Arm(
+            "keep-all",
+            "baseline 2: keep every pool forever (KeepAllPolicy)",
+            lambda _falcon: KeepAllPolicy(),
+            prior,
+            True,
+        ),
     ]
 
 
@@ -450,9 +456,7 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
         launcher = InProcessLauncher()  # Falcon's flows.lifecycle task_lifecycle and task_release
         services = build_services(settings, launcher)
         if arm.keep_policy is not None:
-            services = dataclasses.replace(services, keep_policy=arm.keep_policy)
-        elif arm.wrap_policy is not None:
-            services = dataclasses.replace(services, keep_policy=arm.wrap_policy(services.keep_policy))
+            services = dataclasses.replace(services, keep_policy=arm.keep_policy(services.keep_policy))
         arm_wiring.enter_context(serving(services))  # the arm's flows run on these services too
         with session_scope(db_url) as s:
             for cluster in clusters(arm.name):
