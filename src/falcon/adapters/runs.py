@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from typing import Any, Protocol
 from uuid import UUID
@@ -38,9 +39,10 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.sorting import FlowRunSort
-from prefect.context import FlowRunContext
+from prefect.context import FlowRunContext, SyncClientContext
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
+from prefect.settings import PREFECT_API_URL
 
 from falcon.adapters.clock import utc_now
 from falcon.adapters.metrics import prefect_call
@@ -239,13 +241,32 @@ class ThreadLauncher:
         return f"{self.owner}{OWNER_SEPARATOR}{key}"
 
     def _work(self) -> None:
-        while (item := self._queue.get()) is not None:
-            key, flow, parameters = item
-            try:
-                if not self.stopping.is_set():
-                    flow(**parameters)
-            except Exception:  # the flow run records its own failure; the dispatcher restarts it
-                logger.debug("event=flow_run_failed run=%s", key, exc_info=True)
-            finally:
-                with self._lock:
-                    self._live.discard(key)
+        with ExitStack() as held:
+            _share_prefect_client(held)
+            while (item := self._queue.get()) is not None:
+                self._run(*item)
+
+    def _run(self, key: str, flow: Flow, parameters: dict[str, Any]) -> None:
+        try:
+            if not self.stopping.is_set():
+                flow(**parameters)
+        except Exception:  # the flow run records its own failure; the dispatcher restarts it
+            logger.debug("event=flow_run_failed run=%s", key, exc_info=True)
+        finally:
+            with self._lock:
+                self._live.discard(key)
+
+
+def _share_prefect_client(held: ExitStack) -> None:
+    """Enter a Prefect client for the calling thread's whole life, which its flow runs (and their
+    task runs) take up in place of one each: a client costs a TLS context (about 15 ms of CPU,
+    certificates loaded even for an http:// API) and a new connection to the Prefect server, per
+    run, where a keep-alive connection serves them all. Without an API URL (Prefect's ephemeral
+    mode, in tests) or when the client cannot be entered (the API away at the thread's start),
+    each run opens its own, as Prefect does by default."""
+    if not PREFECT_API_URL.value():
+        return
+    try:
+        held.enter_context(SyncClientContext())
+    except Exception:
+        logger.warning("event=shared_prefect_client_failed", exc_info=True)
