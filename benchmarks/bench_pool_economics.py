@@ -218,10 +218,15 @@ class EverySparePolicy:
 
 def arms(compression: float, start_delay_weight: float = 0.0) -> list[Arm]:
     prior = REAL_CREATION_PRIOR / compression
-    weighted = f", a minute of start delay worth {start_delay_weight:g} node-minutes per node"
-    weighted = weighted if start_delay_weight else ""
-    falcon = "Falcon (CostPolicy: keep while the expected wait costs less than a creation and a deletion)"
-    falcon += weighted
+    weighted = (
+        f", a minute of start delay worth {start_delay_weight:g} node-minutes per node"
+        if start_delay_weight
+        else ""
+    )
+    falcon = (
+        "Falcon (CostPolicy: keep while the expected wait costs less than a creation and a deletion)"
+        + weighted
+    )
     spares = "Falcon keeping every freed pool for the horizon (EverySparePolicy)" + weighted
     return [
         Arm("falcon", falcon, None, prior, False, start_delay_weight),

@@ -259,11 +259,11 @@ class ThreadLauncher:
 
 def _share_prefect_client(held: ExitStack) -> None:
     """Enter a Prefect client for the calling thread's whole life, which its flow runs (and their
-    task runs) take up in place of one each: a client costs a TLS context (about 15 ms of CPU,
-    certificates loaded even for an http:// API) and a new connection to the Prefect server, per
-    run, where a keep-alive connection serves them all. Without an API URL (Prefect's ephemeral
-    mode, in tests) or when the client cannot be entered (the API away at the thread's start),
-    each run opens its own, as Prefect does by default."""
+    task runs) take up in place of one each: a client costs a TLS context (certificates loaded
+    even for an http:// API; with it, 23 ms more CPU a run in bench_run_overhead.py) and a new
+    connection to the Prefect server, per run, where a keep-alive connection serves them all.
+    Without an API URL (Prefect's ephemeral mode, in tests) or when the client cannot be entered
+    (the API away at the thread's start), each run opens its own, as Prefect does by default."""
     if not PREFECT_API_URL.value():
         return
     try:
