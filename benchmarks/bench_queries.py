@@ -9,14 +9,16 @@
 (2) One dispatcher tick with N tasks in phase running over 4 clusters, reconciliation every tick
     and no new rows. The rows are inserted directly (job status Running, progress phase running);
     each has a suspended Job of its name in the emulator, so follow_running finds every Job alive
-    and records no outcome (checked: the tick must report nothing ended).
+    and records no outcome (checked: the tick must report nothing ended). ``--idle-queues K``
+    adds one idle pool, kept moments ago, in each of K queues (the 4 clusters times 5 topologies):
+    the reaper reads what each of those queues was observed doing, and deletes none (checked).
 
 SQLite file database, in-process emulator, temporary Prefect server (prefect_test_harness).
 Counting: SQLAlchemy events on the Engine class: before_cursor_execute (classified by the first
 SQL keyword), begin (= transactions), commit.
 
 Run:  .venv/bin/python benchmarks/bench_queries.py [--sizes 0,10,100,1000]
-      [--repeat 3] [--skip-lifecycle]   (from the repository root; about 25 s)
+      [--repeat 3] [--idle-queues 0] [--skip-lifecycle]   (from the repository root; about 25 s)
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from tests.integration.harness import CLUSTER, EMULATOR, Driver, submit  # noqa:
 from falcon.adapters.clock import utc_now  # noqa: E402
 from falcon.adapters.db import repository as repo  # noqa: E402
 from falcon.adapters.db.migrate import upgrade  # noqa: E402
-from falcon.adapters.db.orm import JobRow, TaskProgressRow  # noqa: E402
+from falcon.adapters.db.orm import JobRow, NodePoolRow, TaskProgressRow  # noqa: E402
 from falcon.adapters.db.session import session_scope  # noqa: E402
 from falcon.bootstrap import build_services  # noqa: E402
 from falcon.domain.lifecycle import Phase  # noqa: E402
@@ -219,7 +221,37 @@ def insert_running(services: Services, url: str, n: int) -> None:
         s.add_all(progress)
 
 
-def ticks(tmp: Path, n: int, repeat: int) -> None:
+IDLE_TOPOLOGIES = ["1x1", "2x2", "2x4", "4x4", "4x8"]
+
+
+def insert_idle_pools(url: str, queues: int) -> None:
+    """One pool idle since now in each of ``queues`` queues, clusters first."""
+    now = utc_now()
+    fleet_clusters = clusters()
+    assert queues <= len(fleet_clusters) * len(IDLE_TOPOLOGIES), "more queues than this fleet has"
+    with session_scope(url) as s:
+        for q in range(queues):
+            cluster, topology = (
+                fleet_clusters[q % len(fleet_clusters)],
+                IDLE_TOPOLOGIES[q // len(fleet_clusters)],
+            )
+            s.add(
+                NodePoolRow(
+                    cluster_id=cluster.id,
+                    name=f"falcon-idle-{q:02d}",
+                    topology=topology,
+                    machine_type="ct6e-standard-4t",
+                    mode="flex_start",
+                    state="idle",
+                    idle_since=now,
+                    created_at=now - timedelta(minutes=10),
+                    ready_at=now - timedelta(minutes=5),
+                    updated_at=now,
+                )
+            )
+
+
+def ticks(tmp: Path, n: int, repeat: int, idle_queues: int) -> None:
     with EmulatorServer(EmulatorConfig.from_dict(fleet()), tmp / f"emu-{n}") as emu:
         url = fresh_db(tmp, f"ticks-{n}.db")
         settings = configure(
@@ -238,6 +270,7 @@ def ticks(tmp: Path, n: int, repeat: int) -> None:
         for cluster in clusters():
             services.jobs(cluster).ensure_namespace(cluster.namespace)
         insert_running(services, url, n)
+        insert_idle_pools(url, idle_queues)
         assert len(services.store.running_tasks()) == n  # every row is one follow_running reads
         driver = Driver(services)
         results = []
@@ -245,12 +278,13 @@ def ticks(tmp: Path, n: int, repeat: int) -> None:
             time.sleep(0.01)
             with counted() as c:
                 report = driver.dispatcher.tick()
-            assert not report.ended and not report.picked and not report.started, report
+            assert not (report.ended or report.picked or report.started or report.reaped), report
             results.append(c)
-        print(f"N={n:5d} first tick (book load, orphan scan)  {summary(results[0])}")
+        label = f"N={n:5d} idle queues={idle_queues:2d}"
+        print(f"{label} first tick (book load, orphan scan)  {summary(results[0])}")
         steady = results[1:]
         assert all(r == steady[0] for r in steady), steady
-        print(f"N={n:5d} steady tick ({repeat} identical)        {summary(steady[0])}")
+        print(f"{label} steady tick ({repeat} identical)        {summary(steady[0])}")
         driver.close(30)
 
 
@@ -258,6 +292,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="0,10,100,1000")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--idle-queues", type=int, default=0, help="queues with an idle pool (up to 20)")
     parser.add_argument("--skip-lifecycle", action="store_true")
     args = parser.parse_args()
     import falcon
@@ -272,7 +307,7 @@ def main() -> None:
         if not args.skip_lifecycle:
             lifecycle(tmp)
         for n in (int(x) for x in args.sizes.split(",")):
-            ticks(tmp, n, args.repeat)
+            ticks(tmp, n, args.repeat, args.idle_queues)
 
 
 if __name__ == "__main__":

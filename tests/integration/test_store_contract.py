@@ -28,6 +28,7 @@ from falcon.domain.lifecycle import (
     WaitingRow,
 )
 from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, RunningTask, Task
+from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.scheduling import WaitingTask
 from falcon.domain.status import IllegalTransitionError, Reason, Status
 from falcon.domain.warm_pools import WarmRule
@@ -412,7 +413,7 @@ def test_takers_without_pool_are_acquiring_tasks_holding_no_ready_pool(
 
 
 def test_queue_observations_are_intake_gaps_and_creation_times_per_mode(
-    store: TaskStore, upstream: Upstream
+    store: TaskStore, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for n, at in enumerate([T0, T0 + timedelta(seconds=10), T0 + timedelta(seconds=40)]):
         upstream.insert(f"t{n}", at=at)
@@ -424,11 +425,15 @@ def test_queue_observations_are_intake_gaps_and_creation_times_per_mode(
     store.write_ahead_pool(pool("warm", None), T1)
     assert store.warm_pool_ready("c1", "warm", T1 + timedelta(seconds=5))
     store.write_ahead_pool(pool("unready", "t2"), T1)
-    seen = store.queue_observations(Q, gaps=10, creations=10)
+    seen = store.queue_observations([Q], gaps=10, creations=10)[Q]
     assert seen.arrival_gaps == (10.0, 30.0)
     assert dict(seen.creation_seconds) == {ProvisioningMode.RESERVATION: (7.0, 5.0)}
-    assert store.queue_observations(Q, gaps=1, creations=1).arrival_gaps == (30.0,)
-    assert store.queue_observations(Q2, gaps=10, creations=10).arrival_gaps == ()
+    assert store.queue_observations([Q], gaps=1, creations=1)[Q].arrival_gaps == (30.0,)
+    both = store.queue_observations([Q2, Q, Q2], gaps=10, creations=10)  # read together, each once
+    assert both == {Q: seen, Q2: QueueObservations()}
+    monkeypatch.setattr(repo, "QUEUES_PER_UNION", 1)  # a statement per queue: the same answer
+    assert store.queue_observations([Q2, Q], gaps=10, creations=10) == both
+    assert store.queue_observations([], gaps=10, creations=10) == {}
 
 
 def test_fleet_gaps_are_every_queues_gaps_among_the_fleets_newest_arrivals(
@@ -462,9 +467,10 @@ def test_queue_observations_count_the_deletions_of_ready_pools_from_marked_to_go
     store.write_ahead_pool(pool("elsewhere", "t8", queue=Q2), T0)
     store.pool_ready("c1", "elsewhere", T0 + timedelta(seconds=5))
     deleted("elsewhere", T1, 50, holder="t8")
-    assert store.queue_observations(Q, gaps=10, creations=10).deletion_seconds == (12.0, 3.0, 4.0)
-    assert store.queue_observations(Q, gaps=10, creations=2).deletion_seconds == (3.0, 4.0)
-    assert store.queue_observations(Q2, gaps=10, creations=10).deletion_seconds == (50.0,)
+    both = store.queue_observations([Q, Q2], gaps=10, creations=10)
+    assert both[Q].deletion_seconds == (12.0, 3.0, 4.0)
+    assert both[Q2].deletion_seconds == (50.0,)
+    assert store.queue_observations([Q, Q2], gaps=10, creations=2)[Q].deletion_seconds == (3.0, 4.0)
 
 
 def test_run_owners_beat_and_the_last_beat_is_kept(store: TaskStore) -> None:
@@ -515,7 +521,7 @@ def test_unmark_pool_makes_only_a_marked_pool_idle_again_and_forgets_its_deletio
     assert store.claim_idle_pool(Q, "t2", T2) is not None
     assert store.start_deleting_pool("c1", "p1", "t2", T2 + timedelta(seconds=5))
     store.pool_deleted("c1", "p1", T2 + timedelta(seconds=12))
-    assert store.queue_observations(Q, gaps=10, creations=10).deletion_seconds == (7.0,), (
+    assert store.queue_observations([Q], gaps=10, creations=10)[Q].deletion_seconds == (7.0,), (
         "the deletion taken back is not counted, the one that went through is"
     )
     assert not store.unmark_pool("c1", "p1", T2)  # deleted: gone for good

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -629,35 +629,39 @@ class MemoryTaskStore:
             )[-arrivals:]
             return fleet_arrival_gaps(fleet)
 
-    def queue_observations(self, queue: QueueKey, gaps: int, creations: int) -> QueueObservations:
+    def queue_observations(
+        self, queues: Collection[QueueKey], gaps: int, creations: int
+    ) -> dict[QueueKey, QueueObservations]:
+        self.calls.append(("queue_observations", frozenset(queues)))
         with self._tx():
-            arrivals = sorted(
-                at for task_id, at in self.queued_at.items() if self.progress[task_id].queue == queue
-            )[-(gaps + 1) :]
-            ready = sorted(
-                (at, key)
-                for key, at in self.pool_ready_at.items()
-                if key in self.pools
-                and self.pools[key].topology == queue.topology
-                and key[0] == queue.cluster_id
-            )[-creations:]
-            by_mode: dict[ProvisioningMode, tuple[float, ...]] = {}
-            for at, key in ready:
-                seconds = (at - self.pool_created[key]).total_seconds()
-                by_mode[self.pools[key].mode] = (*by_mode.get(self.pools[key].mode, ()), seconds)
-            deleted = sorted(
-                (gone, self.pool_deleting_at[key])
-                for key, gone in self.pool_deleted_at.items()
-                if key in self.pool_deleting_at
-                and key in self.pool_ready_at
-                and self.pools[key].topology == queue.topology
-                and key[0] == queue.cluster_id
-            )[-creations:]
-            return QueueObservations(
-                arrival_gaps=tuple((b - a).total_seconds() for a, b in itertools.pairwise(arrivals)),
-                creation_seconds=by_mode,
-                deletion_seconds=tuple((gone - marked).total_seconds() for gone, marked in deleted),
-            )
+            return {queue: self._observations(queue, gaps, creations) for queue in queues}
+
+    def _observations(self, queue: QueueKey, gaps: int, creations: int) -> QueueObservations:
+        arrivals = sorted(
+            at for task_id, at in self.queued_at.items() if self.progress[task_id].queue == queue
+        )[-(gaps + 1) :]
+        ready = sorted(
+            (at, key)
+            for key, at in self.pool_ready_at.items()
+            if key in self.pools and self.pools[key].topology == queue.topology and key[0] == queue.cluster_id
+        )[-creations:]
+        by_mode: dict[ProvisioningMode, tuple[float, ...]] = {}
+        for at, key in ready:
+            seconds = (at - self.pool_created[key]).total_seconds()
+            by_mode[self.pools[key].mode] = (*by_mode.get(self.pools[key].mode, ()), seconds)
+        deleted = sorted(
+            (gone, self.pool_deleting_at[key])
+            for key, gone in self.pool_deleted_at.items()
+            if key in self.pool_deleting_at
+            and key in self.pool_ready_at
+            and self.pools[key].topology == queue.topology
+            and key[0] == queue.cluster_id
+        )[-creations:]
+        return QueueObservations(
+            arrival_gaps=tuple((b - a).total_seconds() for a, b in itertools.pairwise(arrivals)),
+            creation_seconds=by_mode,
+            deletion_seconds=tuple((gone - marked).total_seconds() for gone, marked in deleted),
+        )
 
     def pool_ready(self, cluster_id: str, name: str, now: datetime) -> None:
         self.calls.append(("pool_ready", name))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from tests.unit.fakes import arrivals, clusters_of, k8s_of, running
+from tests.unit.fakes import MemoryTaskStore, arrivals, clusters_of, k8s_of, running
 
 from falcon.domain.lifecycle import NodePool, PoolState
 from falcon.domain.model import ProvisioningMode, QueueKey, k8s_job_name_for, node_pool_name_for
@@ -60,6 +60,26 @@ def test_a_queue_used_once_an_hour_deletes_an_unwanted_pool_at_once(svc: Service
     _finish(svc)
     assert svc.store.pool("c1", POOL).state is PoolState.DELETED
     assert svc.node_pools.pools == {}  # type: ignore[attr-defined]
+
+
+def test_the_reaper_keeps_each_queues_pool_by_that_queues_rhythm_read_for_all_at_once(svc: Services) -> None:
+    other = QueueKey("c1", "2x4")
+    arrivals(svc, QUEUE, (30.0,) * 10)
+    arrivals(svc, other, (60.0,) * 10)
+    for task_id, topology in (("t1", "2x2"), ("t2", "2x4")):
+        running(svc, task_id, topology)
+        k8s_of(svc).job(k8s_job_name_for(task_id)).script.complete = True
+    assert sorted(reconcile.follow_running(svc, clusters_of(svc)).ended) == ["t1", "t2"]
+    release(svc, "t1")
+    release(svc, "t2")
+    store = svc.store
+    assert isinstance(store, MemoryTaskStore)
+    store.calls.clear()
+    assert _reaped_after(svc, 31) == [POOL]
+    assert [c for c in store.calls if c[0] == "queue_observations"] == [
+        ("queue_observations", frozenset({QUEUE, other}))
+    ], "one read for every queue with an idle pool"
+    assert _reaped_after(svc, 30) == [node_pool_name_for("t2", "2x4")]
 
 
 def test_observed_creation_times_replace_the_prior(svc: Services) -> None:

@@ -6,7 +6,7 @@ The services import nothing from ``falcon.adapters``: production wires the adapt
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
@@ -117,7 +117,12 @@ class TaskStore(Protocol):
     def hand_over(
         self, queue: QueueKey, task_id: str, own: str, own_exists: bool, now: datetime
     ) -> NodePool | None: ...
-    def queue_observations(self, queue: QueueKey, gaps: int, creations: int) -> QueueObservations: ...
+    def queue_observations(
+        self, queues: Collection[QueueKey], gaps: int, creations: int
+    ) -> dict[QueueKey, QueueObservations]:
+        """Each queue's observations (every queue asked has one), read together."""
+        ...
+
     def fleet_gaps(self, arrivals: int) -> tuple[float, ...]: ...
 
     # -- processes running flow runs in their threads, and their heartbeats

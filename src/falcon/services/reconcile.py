@@ -248,8 +248,9 @@ def reap_idle_pools(
     now = services.clock.now()
     if pools is None:
         pools = services.store.pools_in([PoolState.IDLE, PoolState.DELETING])
-    seen: dict[QueueKey, QueueObservations] = {}
-    idle = [_idle(services, p, now, seen) for p in pools if p.state is PoolState.IDLE]
+    idle_pools = [p for p in pools if p.state is PoolState.IDLE]
+    seen = observed(services, {QueueKey(p.cluster_id, p.topology) for p in idle_pools}) if idle_pools else {}
+    idle = [_idle(services, p, now, seen[QueueKey(p.cluster_id, p.topology)]) for p in idle_pools]
     reaped = []
     for pool in expired_idle_pools(idle, waiting, now, warm):
         if services.store.start_deleting_pool(pool.cluster_id, pool.name, None, now):
@@ -261,23 +262,16 @@ def reap_idle_pools(
     return reaped
 
 
-def _idle(
-    services: Services, pool: NodePool, now: datetime, seen: dict[QueueKey, QueueObservations]
-) -> IdlePool:
-    """An idle pool with how long its queue's observations (read once per queue and round, into
-    ``seen``; the fleet's gaps, the same for every queue, once) make it worth keeping."""
-    queue = QueueKey(pool.cluster_id, pool.topology)
-    if queue not in seen:
-        fleet = next(iter(seen.values())).fleet_gaps if seen else None
-        seen[queue] = observed(services, queue, fleet)
+def _idle(services: Services, pool: NodePool, now: datetime, seen: QueueObservations) -> IdlePool:
+    """An idle pool with how long what its queue was ``seen`` doing makes it worth keeping."""
     policy = services.keep_policy
     return IdlePool(
         pool.cluster_id,
         pool.name,
         pool.topology,
         pool.idle_since or now,
-        keep_for=policy.horizon(seen[queue], pool.mode),
-        hold_for=policy.hold_for_waiters(seen[queue], pool.mode),
+        keep_for=policy.horizon(seen, pool.mode),
+        hold_for=policy.hold_for_waiters(seen, pool.mode),
     )
 
 

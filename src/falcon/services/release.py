@@ -13,7 +13,7 @@ by ``delete_pool``'s loop on the clock port.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import timedelta
 
@@ -177,21 +177,19 @@ def offer_freed_pool(
     return settle_pool(services, cluster, held.name, queue, task_id, outcome) is PoolState.IDLE
 
 
-def observed(
-    services: Services, queue: QueueKey, fleet_gaps: tuple[float, ...] | None = None
-) -> QueueObservations:
-    """What the queue's recent arrivals, pool creations and deletions say, and the fleet's gaps,
-    for the keeping policy. ``fleet_gaps``: when the caller has read them already (a reconcile
-    round reads them once for all its queues)."""
+def observed(services: Services, queues: Collection[QueueKey]) -> dict[QueueKey, QueueObservations]:
+    """What each queue's recent arrivals, pool creations and deletions say, with the fleet's gaps,
+    for the keeping policy: read together (a reconcile round asks for every queue with an idle
+    pool at once)."""
     store = services.store
-    own = store.queue_observations(queue, OBSERVED_GAPS, OBSERVED_CREATIONS)
-    fleet = store.fleet_gaps(OBSERVED_FLEET_ARRIVALS) if fleet_gaps is None else fleet_gaps
-    return replace(own, fleet_gaps=fleet)
+    fleet = store.fleet_gaps(OBSERVED_FLEET_ARRIVALS)
+    own = store.queue_observations(queues, OBSERVED_GAPS, OBSERVED_CREATIONS)
+    return {queue: replace(seen, fleet_gaps=fleet) for queue, seen in own.items()}
 
 
 def keep_horizon(services: Services, queue: QueueKey, mode: ProvisioningMode) -> timedelta:
     """How long an idle pool of the queue and mode is worth keeping while nobody waits for it."""
-    return services.keep_policy.horizon(observed(services, queue), mode)
+    return services.keep_policy.horizon(observed(services, [queue])[queue], mode)
 
 
 def warm_target_of(services: Services, queue: QueueKey) -> WarmTarget:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -993,53 +993,80 @@ def hand_over(
     return taken
 
 
-def queue_observations(session: Session, queue: QueueKey, gaps: int, creations: int) -> QueueObservations:
-    """The newest ``gaps`` gaps between the queue's arrivals (intake times), its newest
-    ``creations`` pool creations (write-ahead record to ready), per mode, and as many deletions
-    of pools that were ready (marked for deletion to gone), oldest first."""
-    arrivals = session.scalars(
-        sa.select(TaskProgressRow.queued_at)
-        .where(
-            TaskProgressRow.cluster_id == queue.cluster_id,
-            TaskProgressRow.topology == queue.topology,
-            TaskProgressRow.queued_at.is_not(None),
-        )
-        .order_by(TaskProgressRow.queued_at.desc())
-        .limit(gaps + 1)
-    ).all()
-    times = sorted(t for t in arrivals if t is not None)
-    created = session.execute(
-        sa.select(NodePoolRow.mode, NodePoolRow.created_at, NodePoolRow.ready_at)
-        .where(
-            NodePoolRow.cluster_id == queue.cluster_id,
-            NodePoolRow.topology == queue.topology,
-            NodePoolRow.ready_at.is_not(None),
-        )
-        .order_by(NodePoolRow.ready_at.desc())
-        .limit(creations)
-    ).all()
+# Queues per statement of queue_observations: SQLite allows 500 members in a compound SELECT.
+QUEUES_PER_UNION = 100
+
+
+def queue_observations(
+    session: Session, queues: Collection[QueueKey], gaps: int, creations: int
+) -> dict[QueueKey, QueueObservations]:
+    """For each queue: the newest ``gaps`` gaps between its arrivals (intake times), its newest
+    ``creations`` pool creations (write-ahead record to ready), per mode, and as many deletions of
+    pools that were ready (marked for deletion to gone), oldest first. Three statements for any
+    number of queues (a reconcile round asks for every queue with an idle pool), each the union
+    of one index range per queue."""
+    unique = list(dict.fromkeys(queues))  # each queue once
+    arrivals: dict[QueueKey, list[datetime]] = {q: [] for q in unique}
+    created: dict[QueueKey, list[tuple[datetime, datetime, ProvisioningMode]]] = {q: [] for q in unique}
+    deleted: dict[QueueKey, list[tuple[datetime, datetime]]] = {q: [] for q in unique}
+    progress, pools = TaskProgressRow, NodePoolRow
+    for row in _newest_per_queue(
+        session, unique, progress, [progress.queued_at], [progress.queued_at.is_not(None)], gaps + 1
+    ):
+        arrivals[QueueKey(row[0], row[1])].append(row[2])
+    ready = [pools.ready_at.is_not(None)]
+    for row in _newest_per_queue(
+        session, unique, pools, [pools.ready_at, pools.created_at, pools.mode], ready, creations
+    ):
+        created[QueueKey(row[0], row[1])].append((row[2], row[3], ProvisioningMode(row[4])))
+    gone = [*ready, pools.deleting_at.is_not(None), pools.deleted_at.is_not(None)]
+    for row in _newest_per_queue(
+        session, unique, pools, [pools.deleted_at, pools.deleting_at], gone, creations
+    ):
+        deleted[QueueKey(row[0], row[1])].append((row[2], row[3]))
+    return {q: _observations(arrivals[q], created[q], deleted[q]) for q in unique}
+
+
+def _newest_per_queue(
+    session: Session,
+    queues: list[QueueKey],
+    table: type[TaskProgressRow] | type[NodePoolRow],
+    columns: list[Any],
+    where: list[Any],
+    limit: int,
+) -> list[tuple[Any, ...]]:
+    """(cluster_id, topology, *columns) of each queue's newest ``limit`` rows matching ``where``,
+    newest by the first column: one LIMITed subquery per queue, unioned (a LIMIT may not stand in
+    a union's member itself, in SQLite and MySQL both), in statements of ``QUEUES_PER_UNION``."""
+    rows: list[tuple[Any, ...]] = []
+    for start in range(0, len(queues), QUEUES_PER_UNION):
+        parts = [
+            sa.select(table.cluster_id, table.topology, *columns)
+            .where(table.cluster_id == q.cluster_id, table.topology == q.topology, *where)
+            .order_by(columns[0].desc())
+            .limit(limit)
+            .subquery()
+            for q in queues[start : start + QUEUES_PER_UNION]
+        ]
+        rows.extend(tuple(row) for row in session.execute(sa.union_all(*(sa.select(part) for part in parts))))
+    return rows
+
+
+def _observations(
+    arrivals: list[datetime],
+    created: list[tuple[datetime, datetime, ProvisioningMode]],
+    deleted: list[tuple[datetime, datetime]],
+) -> QueueObservations:
+    """One queue's observations from its newest rows, in any order: arrival times, creations
+    (ready, written ahead, mode) and deletions (gone, marked); each kind oldest first."""
+    times = sorted(arrivals)
     by_mode: dict[ProvisioningMode, list[float]] = {}
-    for mode, created_at, ready_at in reversed(created):
-        if ready_at is not None:
-            by_mode.setdefault(ProvisioningMode(mode), []).append((ready_at - created_at).total_seconds())
-    deleted = session.execute(
-        sa.select(NodePoolRow.deleting_at, NodePoolRow.deleted_at)
-        .where(
-            NodePoolRow.cluster_id == queue.cluster_id,
-            NodePoolRow.topology == queue.topology,
-            NodePoolRow.ready_at.is_not(None),
-            NodePoolRow.deleting_at.is_not(None),
-            NodePoolRow.deleted_at.is_not(None),
-        )
-        .order_by(NodePoolRow.deleted_at.desc())
-        .limit(creations)
-    ).all()
+    for ready_at, created_at, mode in sorted(created, key=lambda c: c[0]):
+        by_mode.setdefault(mode, []).append((ready_at - created_at).total_seconds())
     return QueueObservations(
         arrival_gaps=tuple((b - a).total_seconds() for a, b in itertools.pairwise(times)),
         creation_seconds={mode: tuple(seconds) for mode, seconds in by_mode.items()},
-        deletion_seconds=tuple(
-            (gone - marked).total_seconds() for marked, gone in reversed(deleted) if marked and gone
-        ),
+        deletion_seconds=tuple((gone - marked).total_seconds() for gone, marked in sorted(deleted)),
     )
 
 

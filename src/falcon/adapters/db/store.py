@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -201,9 +201,11 @@ class SqlTaskStore:
         with self._tx() as s:
             return repo.hand_over(s, queue, task_id, own, own_exists, now)
 
-    def queue_observations(self, queue: QueueKey, gaps: int, creations: int) -> QueueObservations:
+    def queue_observations(
+        self, queues: Collection[QueueKey], gaps: int, creations: int
+    ) -> dict[QueueKey, QueueObservations]:
         with self._tx() as s:
-            return repo.queue_observations(s, queue, gaps, creations)
+            return repo.queue_observations(s, queues, gaps, creations)
 
     def fleet_gaps(self, arrivals: int) -> tuple[float, ...]:
         with self._tx() as s:
