@@ -18,7 +18,8 @@ cluster as on GKE. Rows are inserted with plain SQL, as upstream does:
    Running (pools are created serially per cluster, one acquisition per queue at a time);
 2. ``--waiting`` rows whose containers run ``--run-seconds``, inserted at once; each queue takes
    one at a time, so nearly all of them wait;
-3. *steady*: a ``--steady-seconds`` window with N Running and M waiting (the held ones still run);
+3. *steady*: a ``--steady-seconds`` window with N Running and M waiting (the held ones still run),
+   opened two ticks after the last row was taken in, so that intake's last tick is not in it;
 4. *drain*: until every row is terminal, or ``--drain-limit`` seconds after the waiting rows went
    in; then the portion drained and the rate are reported, and the full drain is extrapolated from
    the rate (an estimate, said so).
@@ -42,6 +43,10 @@ Measured:
   went (a queue's dispatch cycle, dispatch -> terminal beyond the run, pools created); the
   dispatcher's runs in Prefect (cancelled ones, time with none running); ERROR lines in the logs.
 
+``--pin-falcon 0`` runs Falcon's processes on CPU 0 and everything else (the Prefect server, the
+emulator, MariaDB, this benchmark) on the other CPUs, as in production where those are other
+machines: on a two-core machine otherwise the tick waits for a core they keep busy.
+
 Run (develop with a small one):
   .venv/bin/python benchmarks/bench_scale.py --running 50 --waiting 500 --queues 4
   .venv/bin/python benchmarks/bench_scale.py --running 1000 --waiting 10000 --queues 20 --json scale.json
@@ -50,6 +55,7 @@ Run (develop with a small one):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -70,6 +76,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import httpx
+import psutil
 import sqlalchemy as sa
 import yaml
 from local_stack import prefect_api, run_main
@@ -119,6 +126,7 @@ TICK_GOAL_P99 = 0.1
 STATUS_POLL_SECONDS = 1.0
 RAMP_SECONDS_PER_TASK = 1.0  # the default ramp limit per task to bring to Running, beyond 120 s
 INTAKE_LIMIT = 120.0  # seconds for the dispatcher to take in inserted rows: beyond, it is not ticking
+WINDOW_AFTER_TICKS = 2  # the steady window opens once this many ticks ended after the last row was taken in
 
 
 # --- the workload -------------------------------------------------------------------------------
@@ -304,6 +312,23 @@ class Processes:
     mariadb: int | None
     postgres: int | None = None  # the Prefect server's database, with --prefect-db postgres
 
+    def pin(self, falcon_cpus: set[int]) -> None:
+        """Every thread of Falcon's processes on ``falcon_cpus``, and every thread of the rest of
+        the stack and of this benchmark's own process (not its children: Falcon is one) on the
+        other CPUs. Called again and again: threads and processes started since are pinned too
+        (a new thread inherits the affinity of the one that started it, a child its parent's)."""
+        rest = set(range(os.cpu_count() or 1)) - falcon_cpus
+        others = [p for p in (self.prefect, self.emulator, self.mariadb, self.postgres) if p is not None]
+        for process, cpus in [
+            *((process, rest) for pid in others for process in tree(pid)),
+            *((process, rest) for process in [psutil.Process()]),
+            *((process, falcon_cpus) for process in tree(self.falcon)),
+        ]:
+            with contextlib.suppress(psutil.Error):
+                for thread in process.threads():
+                    with contextlib.suppress(OSError):  # the thread ended meanwhile
+                        os.sched_setaffinity(thread.id, cpus)
+
     def sample(self) -> dict[str, Usage]:
         groups = {
             "falcon": self.falcon,
@@ -340,11 +365,12 @@ class Sample:
 
 
 class Sampler(threading.Thread):
-    """Every ``period`` seconds, the memory and CPU time of each process tree, tagged with the phase."""
+    """Every ``period`` seconds, the memory and CPU time of each process tree, tagged with the phase
+    (and, with ``pin``, Falcon's processes pinned to those CPUs first, the rest to the others)."""
 
-    def __init__(self, processes: Processes, period: float) -> None:
+    def __init__(self, processes: Processes, period: float, pin: set[int] | None = None) -> None:
         super().__init__(daemon=True, name="memory-sampler")
-        self.processes, self.period = processes, period
+        self.processes, self.period, self.pin = processes, period, pin
         self.phase = "start"
         self.samples: list[Sample] = []
         self._stop_event = threading.Event()
@@ -352,6 +378,8 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         while not self._stop_event.is_set():
             started = time.monotonic()
+            if self.pin is not None:
+                self.processes.pin(self.pin)
             self.samples.append(Sample(started, self.phase, self.processes.sample()))
             self._stop_event.wait(max(0.0, self.period - (time.monotonic() - started)))
 
@@ -434,6 +462,23 @@ def wait_until(stack: Stack, timeline: Timeline, done: Any, limit: float) -> tup
             print("  " + _brief(counts), flush=True)
             shown = time.monotonic()
         time.sleep(STATUS_POLL_SECONDS)
+
+
+def after_ticks(port: int, ticks: int, limit: float = 60.0) -> Scrape:
+    """The first scrape after ``ticks`` more ticks ended (or ``limit`` seconds). The tick that
+    took in the last rows is still writing their Messages and picking when the rows read taken in;
+    it ends, and is counted, a moment later: a window scraped at once would hold it."""
+    first = scrape(port)
+    start = first.histograms.get("tick/total")
+    if start is None:
+        return first
+    deadline = time.monotonic() + limit
+    while True:
+        now = scrape(port)
+        ended = now.histograms.get("tick/total")
+        if ended is None or ended.count >= start.count + ticks or time.monotonic() > deadline:
+            return now
+        time.sleep(0.05)
 
 
 def _brief(counts: Counter[str]) -> str:
@@ -529,6 +574,8 @@ def print_report(result: dict[str, Any]) -> None:
         f"FALCON_RUNS_IN={result['runs_in'] or '(default)'}; containers {emu['hold_seconds']:g} s / "
         f"{emu['run_seconds']:g} s, pool operations {emu['pool_seconds']:g} s"
     )
+    if result.get("falcon_cpus"):
+        print(f"Falcon's processes on CPUs {result['falcon_cpus']}, the rest of the stack on the others")
     ramped, steady, drain = result["ramp"], result["steady"], result["drain"]
     print(f"\n{'phase':<46} {'seconds':>9}")
     _phase("ramp: rows in -> all Running", ramped["seconds"], f"peak Running {ramped['peak_running']}")
@@ -644,7 +691,23 @@ def parse_args() -> argparse.Namespace:
     )
     add("--json", type=Path, help="also write the results here")
     add("--keep-home", action="store_true", help="keep FALCON_HOME (logs; MariaDB's slow-query log)")
+    add(
+        "--pin-falcon",
+        type=_cpus,
+        metavar="CPUS",
+        help="run Falcon's processes on these CPUs (e.g. 0 or 0,1) and the rest of the stack and the "
+        "benchmark on the others, as where Prefect's server, MySQL and GKE are other machines "
+        "(default: all share every CPU)",
+    )
     return parser.parse_args()
+
+
+def _cpus(text: str) -> set[int]:
+    cpus = {int(cpu) for cpu in text.split(",")}
+    every = set(range(os.cpu_count() or 1))
+    if not cpus < every:
+        raise argparse.ArgumentTypeError(f"{text}: not some but not all of the CPUs {sorted(every)}")
+    return cpus
 
 
 @dataclass(frozen=True)
@@ -706,7 +769,7 @@ def scale_stack(args: argparse.Namespace, plan: Plan) -> Iterator[Stack]:
         runner = stack.enter_context(served_stack(home, api_url, emulator_url))
         prefect_pid, maria_pid, postgres_pid = find_servers(api_url, url, args.prefect_db)
         processes = Processes(runner.pid, prefect_pid, emulator_proc.pid, maria_pid, postgres_pid)
-        sampler = Sampler(processes, args.sample_seconds)
+        sampler = Sampler(processes, args.sample_seconds, args.pin_falcon)
         sampler.start()
         stack.callback(sampler.stop)
         engine = sa.create_engine(url)
@@ -753,7 +816,7 @@ def steady_and_drain(
     inserted = insert_rows(stack.url, args.running, args.waiting, plan.shape.topologies, args.run_seconds)
     wait_until(stack, timeline, lambda c: c["new"] == 0, INTAKE_LIMIT)
     stack.sampler.phase = "steady"
-    steady_start, before = time.monotonic(), scrape(stack.health_port)
+    steady_start, before = time.monotonic(), after_ticks(stack.health_port, WINDOW_AFTER_TICKS)
     at_start = timeline.points[-1][1]
     time.sleep(args.steady_seconds)
     steady_end, after_steady = time.monotonic(), scrape(stack.health_port)
@@ -875,6 +938,7 @@ def main() -> int:
             "database": args.db,
             "prefect_database": args.prefect_db,
             "runs_in": args.runs_in,
+            "falcon_cpus": sorted(args.pin_falcon) if args.pin_falcon else None,
             "size": {
                 "running": args.running,
                 "waiting": args.waiting,
