@@ -88,8 +88,9 @@ from scale_metrics import (
     RECONCILE_METRIC,
     TICK_METRIC,
     Histogram,
+    Scrape,
     Usage,
-    counted_since,
+    Window,
     counter_total,
     find_process,
     histograms,
@@ -124,6 +125,7 @@ GIB = 1 << 30
 MEMORY_GOAL = 2 * GIB
 TICK_GOAL_P99 = 0.1
 STATUS_POLL_SECONDS = 1.0
+METRICS_PERIOD_SECONDS = 2.0  # the tick/reconcile histograms are read this often while a window is open
 RAMP_SECONDS_PER_TASK = 1.0  # the default ramp limit per task to bring to Running, beyond 120 s
 INTAKE_LIMIT = 120.0  # seconds for the dispatcher to take in inserted rows: beyond, it is not ticking
 WINDOW_AFTER_TICKS = 2  # the steady window opens once this many ticks ended after the last row was taken in
@@ -391,17 +393,6 @@ class Sampler(threading.Thread):
 LOOPS = {"tick": TICK_METRIC, "reconcile": RECONCILE_METRIC, "messages": MESSAGES_METRIC}
 
 
-@dataclass(frozen=True)
-class Scrape:
-    """One read of the dispatcher's ``/metrics``: its histograms keyed "<loop>/<part>" (tick/total,
-    reconcile/falcon, ...) and its process's garbage collections keyed "gc/<generation>", and the
-    picks deferred so far (``falcon_picks_deferred``, summed over the queues). Empty and None when
-    it does not (yet) export them."""
-
-    histograms: dict[str, Histogram] = field(default_factory=dict)
-    picks_deferred: float | None = None
-
-
 def scrape(port: int) -> Scrape:
     if not port:
         return Scrape()
@@ -464,11 +455,23 @@ def wait_until(stack: Stack, timeline: Timeline, done: Any, limit: float) -> tup
         time.sleep(STATUS_POLL_SECONDS)
 
 
+def scrape_answered(port: int, limit: float = 30.0) -> Scrape:
+    """A scrape that waits out a dispatcher handover: between one dispatcher run's end and the
+    next one's first tick nobody exports the histograms, and a window closed on that empty page
+    would report nothing (a full-size run lost its steady window so)."""
+    deadline = time.monotonic() + limit
+    while True:
+        page = scrape(port)
+        if page.histograms or not port or time.monotonic() > deadline:
+            return page
+        time.sleep(0.2)
+
+
 def after_ticks(port: int, ticks: int, limit: float = 60.0) -> Scrape:
     """The first scrape after ``ticks`` more ticks ended (or ``limit`` seconds). The tick that
     took in the last rows is still writing their Messages and picking when the rows read taken in;
     it ends, and is counted, a moment later: a window scraped at once would hold it."""
-    first = scrape(port)
+    first = scrape_answered(port)
     start = first.histograms.get("tick/total")
     if start is None:
         return first
@@ -479,6 +482,40 @@ def after_ticks(port: int, ticks: int, limit: float = 60.0) -> Scrape:
         if ended is None or ended.count >= start.count + ticks or time.monotonic() > deadline:
             return now
         time.sleep(0.05)
+
+
+class Follower(threading.Thread):
+    """Scrapes the dispatcher's /metrics every ``period`` seconds into the open window, so a
+    dispatcher run replaced inside a window costs it at most one period of the old run's ticks."""
+
+    def __init__(self, port: int, period: float = METRICS_PERIOD_SECONDS) -> None:
+        super().__init__(daemon=True, name="metrics-follower")
+        self.port, self.period = port, period
+        self.windows: dict[str, Window] = {}
+        self._open: Window | None = None
+        self._lock = threading.Lock()
+        self._stop_event = threading.Event()
+
+    def open(self, name: str, first: Scrape) -> None:
+        """Close the open window on ``first`` and open ``name`` from it."""
+        with self._lock:
+            if self._open is not None:
+                self._open.add(first)
+            self._open = self.windows[name] = Window(first)
+
+    def close(self, last: Scrape) -> None:
+        with self._lock:
+            if self._open is not None:
+                self._open.add(last)
+            self._open = None
+        self._stop_event.set()
+        self.join(30)
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.period):
+            with self._lock:  # a scrape taken before open() must not count in the window it opens
+                if self._open is not None:
+                    self._open.add(scrape(self.port))
 
 
 def _brief(counts: Counter[str]) -> str:
@@ -505,17 +542,6 @@ def tick_table(window: dict[str, Histogram]) -> dict[str, Any]:
             value = quantile(histogram, q)
             table[part][name] = None if value is None else asdict(value)
     return table
-
-
-def window_of(later: Scrape, earlier: Scrape) -> dict[str, Histogram]:
-    return {part: h.since(earlier.histograms.get(part)) for part, h in later.histograms.items()}
-
-
-def deferred_in(later: Scrape, earlier: Scrape) -> float | None:
-    """Picks deferred between two scrapes; None when the later one did not reach the dispatcher."""
-    if later.picks_deferred is None:
-        return None
-    return counted_since(later.picks_deferred, earlier.picks_deferred)
 
 
 def usage_table(samples: list[Sample]) -> dict[str, Any]:
@@ -643,6 +669,12 @@ def print_report(result: dict[str, Any]) -> None:
         deferred = result.get("picks_deferred", {}).get(window)
         if deferred is not None:
             print(f"  picks deferred (Prefect answered the slot call busy, or not at all): {deferred:.0f}")
+        replaced = result.get("dispatchers_replaced", {}).get(window)
+        if replaced:
+            print(
+                f"  the dispatcher's run was replaced {replaced} time(s) in this window: its ticks are "
+                f"summed across the runs, less the old run's last {METRICS_PERIOD_SECONDS:g} s at most"
+            )
     steady_falcon = result["ticks"]["steady"].get("tick/falcon")
     if steady_falcon and steady_falcon["p99"]:
         verdict = "OK" if steady_falcon["p99"]["value"] < TICK_GOAL_P99 else "MISS"
@@ -816,16 +848,21 @@ def steady_and_drain(
     inserted = insert_rows(stack.url, args.running, args.waiting, plan.shape.topologies, args.run_seconds)
     wait_until(stack, timeline, lambda c: c["new"] == 0, INTAKE_LIMIT)
     stack.sampler.phase = "steady"
-    steady_start, before = time.monotonic(), after_ticks(stack.health_port, WINDOW_AFTER_TICKS)
+    follower = Follower(stack.health_port)
+    follower.start()
+    first = after_ticks(stack.health_port, WINDOW_AFTER_TICKS)
+    steady_start = time.monotonic()
+    follower.open("steady", first)
     at_start = timeline.points[-1][1]
     time.sleep(args.steady_seconds)
-    steady_end, after_steady = time.monotonic(), scrape(stack.health_port)
+    steady_end = time.monotonic()
+    follower.open("drain", scrape_answered(stack.health_port))
     stack.sampler.phase = "drain"
     print("steady window over; draining", flush=True)
     limit = max(0.0, inserted + args.drain_limit - time.monotonic())
     drained, final = wait_until(stack, timeline, lambda c: c["terminal"] >= total, limit)
     seconds = time.monotonic() - inserted
-    after_drain = scrape(stack.health_port)
+    follower.close(scrape_answered(stack.health_port))
     stack.sampler.stop()
     waiting_done = timeline.first("later_terminal", args.waiting)
     waiting_seconds = None if waiting_done is None else waiting_done - inserted
@@ -847,14 +884,9 @@ def steady_and_drain(
             "estimate_seconds": seconds + left / rate if left and rate > 0 else None,
             "statuses": {s.value: final[s.value] for s in TERMINAL if final[s.value]},
         },
-        "ticks": {
-            "steady": tick_table(window_of(after_steady, before)),
-            "drain": tick_table(window_of(after_drain, after_steady)),
-        },
-        "picks_deferred": {
-            "steady": deferred_in(after_steady, before),
-            "drain": deferred_in(after_drain, after_steady),
-        },
+        "ticks": {name: tick_table(w.histograms) for name, w in follower.windows.items()},
+        "picks_deferred": {name: w.picks_deferred for name, w in follower.windows.items()},
+        "dispatchers_replaced": {name: w.replaced for name, w in follower.windows.items()},
     }
 
 

@@ -48,6 +48,55 @@ class Histogram:
             self.total - earlier.total,
         )
 
+    def plus(self, other: Histogram) -> Histogram:
+        """Both histograms' observations together (the same metric, hence the same bounds)."""
+        mine = dict(self.buckets)
+        return Histogram(
+            tuple((le, n + mine.get(le, 0.0)) for le, n in other.buckets),
+            self.count + other.count,
+            self.total + other.total,
+        )
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One read of the dispatcher's ``/metrics``: its histograms keyed "<loop>/<part>" (tick/total,
+    reconcile/falcon, ...) and its process's garbage collections keyed "gc/<generation>", and the
+    picks deferred so far (``falcon_picks_deferred``, summed over the queues). Empty and None when
+    it does not (yet) export them."""
+
+    histograms: dict[str, Histogram] = field(default_factory=dict)
+    picks_deferred: float | None = None
+
+
+@dataclass
+class Window:
+    """The observations between a window's first scrape and its last, summed over the scrapes in
+    between. A dispatcher run replaced inside the window restarts its counts from zero; summed
+    scrape by scrape, the window loses only what the old run counted after its last scrape, where
+    the difference of the window's two ends would hold the new run's ticks alone."""
+
+    last: Scrape
+    histograms: dict[str, Histogram] = field(default_factory=dict)
+    picks_deferred: float | None = None
+    replaced: int = 0  # dispatcher processes replaced inside the window
+
+    def add(self, now: Scrape) -> None:
+        """Count a later scrape. An empty one (nobody serving /metrics, as between two dispatcher
+        runs) is skipped: the next scrape that answers counts what happened meanwhile."""
+        if not now.histograms:
+            return
+        ticks, before = now.histograms.get("tick/total"), self.last.histograms.get("tick/total")
+        if ticks is not None and before is not None and ticks.count < before.count:
+            self.replaced += 1
+        for part, histogram in now.histograms.items():
+            seen = histogram.since(self.last.histograms.get(part))
+            self.histograms[part] = self.histograms[part].plus(seen) if part in self.histograms else seen
+        if now.picks_deferred is not None:
+            deferred = counted_since(now.picks_deferred, self.last.picks_deferred)
+            self.picks_deferred = (self.picks_deferred or 0.0) + deferred
+        self.last = now
+
 
 @dataclass(frozen=True)
 class Quantile:

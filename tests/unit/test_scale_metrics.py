@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from scale_metrics import counted_since, counter_total, histograms, quantile
+from scale_metrics import Scrape, Window, counted_since, counter_total, histograms, quantile
 
 METRIC = "falcon_picks_deferred"
 
@@ -53,3 +53,38 @@ def test_a_quantile_lies_in_the_bucket_that_holds_it() -> None:
 
     assert found.count == 100
     assert p99 is not None and (p99.lower, p99.upper) == (0.1, 0.5)
+
+
+def observed(seconds: list[float], deferred: float = 0.0) -> Scrape:
+    """One /metrics scrape of a dispatcher process that has ticked ``seconds`` so far."""
+    registry = CollectorRegistry()
+    ticks = Histogram("tick", "tick", ["part"], buckets=(0.1, 0.5, 1.0), registry=registry)
+    for one in seconds:
+        ticks.labels("total").observe(one)
+    return Scrape({"tick/total": histograms(page(registry), "tick", "part")["total"]}, deferred)
+
+
+def test_a_window_counts_the_ticks_between_its_first_and_last_scrape() -> None:
+    window = Window(observed([0.05] * 10, deferred=2))
+    window.add(observed([0.05] * 10 + [0.3] * 5, deferred=3))
+    window.add(observed([0.05] * 10 + [0.3] * 5 + [0.7], deferred=7))
+
+    ticks = window.histograms["tick/total"]
+    assert (ticks.count, round(ticks.total, 6)) == (6, 2.2)
+    assert dict(ticks.buckets) == {0.1: 0, 0.5: 5, 1.0: 6, float("inf"): 6}
+    assert window.picks_deferred == 5
+    assert window.replaced == 0
+
+
+def test_a_dispatcher_replaced_inside_a_window_keeps_both_runs_ticks() -> None:
+    """The old run ticked 5 more times before its last scrape; then nobody served the page; the new
+    run's process counts from zero. The difference of the two ends alone would hold 2 ticks."""
+    window = Window(observed([0.05] * 100))
+    window.add(observed([0.05] * 100 + [0.3] * 5))
+    window.add(Scrape())  # between the two runs
+    window.add(observed([0.7, 0.05]))
+
+    ticks = window.histograms["tick/total"]
+    assert ticks.count == 7
+    assert dict(ticks.buckets)[0.5] == 6
+    assert window.replaced == 1
