@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
+from falcon.adapters import k8s
 from falcon.adapters.clock import utc_now
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import session_scope
@@ -269,3 +270,30 @@ def test_a_running_task_whose_pods_cannot_start_is_ended_by_the_dispatcher(
     with db(services) as s:
         pool = repo.get_pool(s, CLUSTER.id, task.node_pool_name or "")
     assert pool is not None and pool.state == PoolState.DELETED  # released as usual
+
+
+@pytest.mark.parametrize(
+    "named_up_to", [k8s.PODS_BY_NAME, 0], ids=["pods read by Job name", "every pod listed"]
+)
+def test_the_round_ends_the_task_whose_pods_cannot_start_and_leaves_its_neighbour_running(
+    services: Services,
+    db_url: str,
+    emulator: EmulatorServer,
+    monkeypatch: pytest.MonkeyPatch,
+    named_up_to: int,
+) -> None:
+    """The round reads the pods of its Jobs not all ready, naming them in a set-based selector the
+    API server parses (or, past PODS_BY_NAME Jobs, every Falcon pod, kept to those Jobs)."""
+    monkeypatch.setattr(k8s, "PODS_BY_NAME", named_up_to)
+    dispatcher = Driver(services, RunningOnceSubmitted(services))
+    submit_untimed(db_url, "t-good", "alice", "2x4", run_seconds=120)
+    submit_untimed(db_url, "t-bad", "bob", "2x2", image="Trainer:1")
+    deadline = time.monotonic() + 60
+    while task_of(services, "t-bad").status not in TERMINAL and time.monotonic() < deadline:
+        dispatcher.tick()
+        time.sleep(0.1)
+
+    bad, good = task_of(services, "t-bad"), task_of(services, "t-good")
+    assert bad.status is Status.FAILED and bad.reason is Reason.JOB_FAILED
+    assert bad.message is not None and "InvalidImageName" in bad.message and "Trainer:1" in bad.message
+    assert good.status is Status.RUNNING

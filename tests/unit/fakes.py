@@ -1124,8 +1124,14 @@ class FakeClusterJobs:
         self.calls.append(("warning_events", namespace))
         return [e for ns, e in self.events if ns == namespace]
 
-    def falcon_pods(self, namespace: str) -> list[PodState]:
-        return [p for (ns, _), j in self.jobs.items() if ns == namespace for p in j.pods()]
+    def pods_of_jobs(self, namespace: str, job_names: Collection[str]) -> list[PodState]:
+        self.calls.append(("pods_of_jobs", frozenset(job_names)))
+        return [
+            p
+            for (ns, name), j in self.jobs.items()
+            if ns == namespace and name in job_names
+            for p in j.pods()
+        ]
 
     def job_pods(self, namespace: str, job_name: str) -> list[PodState]:
         self.calls.append(("job_pods", job_name))

@@ -335,6 +335,23 @@ def test_running_task_times_out_from_dispatched_at(svc: Services) -> None:
     assert (svc.store.task("t1").status, k8s_of(svc).jobs) == (Status.FAILED, {})
 
 
+def test_a_running_task_whose_pods_can_no_longer_start_ends_and_only_its_pods_are_read(
+    svc: Services,
+) -> None:
+    """A round reads the pods of the Jobs whose pods are not all ready, not every Falcon pod: at a
+    thousand running Jobs those are a few, and listing all of them was most of the round."""
+    for task_id, topology in (("t1", "2x2"), ("t2", "2x4"), ("t3", "4x4")):
+        running(svc, task_id, topology)
+    restarted = k8s_of(svc).job(k8s_job_name_for("t2")).script
+    restarted.never_running, restarted.waiting_reason = True, "InvalidImageName"
+
+    assert reconcile.follow_running(svc, clusters_of(svc)).ended == ["t2"]
+    assert svc.store.progress["t2"].outcome.message.startswith("Pods cannot start: ")  # type: ignore[union-attr]
+    assert [c for c in k8s_of(svc).calls if c[0] == "pods_of_jobs"] == [
+        ("pods_of_jobs", frozenset({k8s_job_name_for("t2")}))
+    ]
+
+
 def test_unreachable_cluster_is_tried_again_next_round(svc: Services) -> None:
     running(svc, "t1")
     k8s_of(svc).job(JOB).script.complete = True

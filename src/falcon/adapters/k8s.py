@@ -7,6 +7,7 @@ dataclasses so the services never see client models.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +17,10 @@ from falcon.adapters.errors import kubernetes_errors
 from falcon.domain.errors import ConflictError
 from falcon.domain.job_manifest import MANAGED_BY, TASK_ID_ANNOTATION, TASK_LABEL
 from falcon.domain.workloads import ClusterEvent, FalconService, JobState, PodState
+
+# A reconcile round names at most this many Jobs in its pod selector; it lists every Falcon pod
+# past that (a ramp, when most Jobs start at once).
+PODS_BY_NAME = 50
 
 
 class KubernetesJobs:
@@ -112,10 +117,19 @@ class KubernetesJobs:
             )
             return [_event(e) for e in _items(response)]
 
-    def falcon_pods(self, namespace: str) -> list[PodState]:
-        """The pods of every Falcon Job in the namespace, in one call (as JSON, like list_jobs:
-        a reconcile round reads them while any Job has a pod not ready yet)."""
-        return self._pods(namespace, f"managed-by={MANAGED_BY}", f"list pods in {namespace}", "list_pods")
+    def pods_of_jobs(self, namespace: str, job_names: Collection[str]) -> list[PodState]:
+        """The pods of these Jobs, in one call (as JSON, like list_jobs). A reconcile round reads
+        them for its Jobs whose pods are not all ready: a few among many running, so it names them
+        (a set-based selector) rather than list every Falcon pod; past PODS_BY_NAME Jobs, naming
+        them would make a long URL for little gain, and every Falcon pod is listed instead."""
+        names = set(job_names)
+        if not names:
+            return []
+        selector = f"managed-by={MANAGED_BY}"
+        if len(names) <= PODS_BY_NAME:
+            selector += f",{TASK_LABEL} in ({','.join(sorted(names))})"
+        pods = self._pods(namespace, selector, f"list pods in {namespace}", "list_pods")
+        return [p for p in pods if p.job_name in names]
 
     def job_pods(self, namespace: str, job_name: str) -> list[PodState]:
         selector = f"batch.kubernetes.io/job-name={job_name}"

@@ -146,7 +146,8 @@ def _start_failures(services: Services, cluster: Cluster, jobs: list[JobState]) 
         return {}
     gateway = services.jobs(cluster)
     try:
-        pods, events = gateway.falcon_pods(cluster.namespace), gateway.warning_events(cluster.namespace)
+        pods = gateway.pods_of_jobs(cluster.namespace, [j.name for j in unready])
+        events = gateway.warning_events(cluster.namespace)
     except FalconError:
         return {}  # cluster unreachable this round; try again next round
     found = {}
