@@ -78,7 +78,10 @@ class Gateways:
         with self._lock:
             if cluster.id not in self._jobs:
                 api = self.kubernetes_api(cluster)
-                self._jobs[cluster.id] = KubernetesJobs(api, self.settings.api_timeout_seconds)
+                settings = self.settings
+                self._jobs[cluster.id] = KubernetesJobs(
+                    api, settings.api_timeout_seconds, settings.job_watch_seconds
+                )
             return self._jobs[cluster.id]
 
     def tidal(self, cluster: Cluster) -> TidalKubernetes:

@@ -65,7 +65,14 @@ class Settings(BaseSettings):
 
     # -- dispatcher loop
     tick_seconds: float = Field(default=0.5, gt=0, description="how often the dispatcher polls the job table")
-    reconcile_seconds: float = Field(default=1.0, gt=0, description="how often running Jobs are listed")
+    reconcile_seconds: float = Field(default=1.0, gt=0, description="how often running Jobs are followed")
+    job_watch_seconds: int = Field(
+        default=60,
+        ge=0,
+        description="the dispatcher follows each cluster's Jobs with a watch whose requests last this "
+        "long, and asks the API server for one Job a round to know it answers; 0 lists them all "
+        "every round",
+    )
     dispatcher_run_seconds: float = Field(
         default=3540.0,
         gt=0,

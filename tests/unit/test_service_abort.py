@@ -367,6 +367,29 @@ def test_unreachable_cluster_is_tried_again_next_round(svc: Services) -> None:
     assert reconcile.follow_running(svc, clusters_of(svc)).ended == ["t1"]
 
 
+def test_a_job_missing_from_the_list_is_read_by_name_before_it_counts_as_vanished(svc: Services) -> None:
+    """A list answered from a watch may not hold yet a Job created a moment ago."""
+    running(svc, "t1")
+    jobs = k8s_of(svc)
+    jobs.list_jobs = lambda namespace, selector: []  # type: ignore[method-assign]
+    assert reconcile.follow_running(svc, clusters_of(svc)).ended == []
+    assert jobs.calls[-1] == ("get_job", JOB)
+
+    original = jobs.get_job
+
+    def unanswered(namespace: str, name: str) -> JobState:
+        raise TemporaryError("connection reset")
+
+    jobs.get_job = unanswered  # type: ignore[method-assign]
+    assert reconcile.follow_running(svc, clusters_of(svc)).ended == []  # unknown this round
+    jobs.get_job = original  # type: ignore[method-assign]
+    del jobs.jobs[("falcon-jobs", JOB)]
+    assert reconcile.follow_running(svc, clusters_of(svc)).ended == ["t1"]
+    assert svc.store.progress["t1"].outcome == Outcome(
+        Status.FAILED, Reason.JOB_FAILED, f"Kubernetes Job {JOB} disappeared from the cluster"
+    )
+
+
 def test_release_is_safe_to_run_again(svc: Services) -> None:
     running(svc, "t1")
     k8s_of(svc).job(JOB).script.complete = True

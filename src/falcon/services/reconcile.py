@@ -111,6 +111,11 @@ def _follow_cluster(
     )
     for progress, task in tasks:
         job = jobs.get(task.k8s_job_name or "")
+        if job is None and task.status is not Status.ABORTING:
+            try:
+                job = _looked_up(services, cluster, task)
+            except FalconError:
+                continue  # its Job's state unknown this round: followed at the next
         outcome = _running_outcome(services, cluster, task, job) or blocked.get(task.k8s_job_name or "")
         if not outcome or not record_outcome(services, task.id, outcome, [Phase.RUNNING]):
             continue
@@ -121,6 +126,17 @@ def _follow_cluster(
             followed.offered.append(task.id)
             if services.clock.monotonic() < release_until and _release_now(services, task.id):
                 followed.released.append(task.id)
+
+
+def _looked_up(services: Services, cluster: Cluster, task: RunningTask) -> JobState | None:
+    """A running task's Job missing from the round's list, read by name (None: the API server has
+    no such Job). A list answered from a watch may not hold yet a Job created a moment ago."""
+    if not task.k8s_job_name:
+        return None
+    try:
+        return services.jobs(cluster).get_job(cluster.namespace, task.k8s_job_name)
+    except NotFoundError:
+        return None
 
 
 def _release_now(services: Services, task_id: str) -> bool:

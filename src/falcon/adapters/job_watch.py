@@ -1,0 +1,160 @@
+"""Falcon's Jobs on one cluster kept by a list and then a watch, as an informer keeps its cache.
+
+A reconcile round follows every running Job. Listing them all each round costs the API server
+and the dispatcher's process a parse of every Job (at a thousand Jobs, most of a round's time);
+a watch sends only what changed. The cache is answered only while it is in step: after its list
+and while its watch stands. Whenever it is not (starting, relisting after a 410 Gone, the
+cluster's API in trouble), ``jobs`` answers None and the caller lists the Jobs itself, so that a
+cluster that does not answer is still seen not to answer. A watch that failed says why once,
+to the next caller (``untold_failure``), which logs it.
+
+Each watch request lasts ``watch_seconds`` (the API server ends it; the client's read timeout
+is a little longer, never forever on a dead connection), then resumes from the last
+resourceVersion seen, bookmarks included. A cache nobody asked for over ``idle_seconds`` stops:
+a process that lists Jobs once (a test, a CLI) leaves no thread behind for long.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from falcon.adapters.errors import kubernetes_errors
+from falcon.domain.workloads import JobState
+
+RETRY_SECONDS = 2.0  # after a failed list or watch, before listing again; doubled while it fails
+RETRY_CAP_SECONDS = 30.0
+
+
+class ResourceVersionGone(Exception):
+    """The watch's resourceVersion is too old to resume from (410 Gone): list again."""
+
+
+class JobWatch:
+    """The Jobs of one (namespace, label selector), in step with the API server or not answered."""
+
+    def __init__(
+        self,
+        batch: k8s.BatchV1Api,
+        namespace: str,
+        label_selector: str,
+        parse: Callable[[dict[str, Any]], JobState],
+        timeout: float,
+        watch_seconds: int,
+        idle_seconds: float,
+    ) -> None:
+        self._batch, self._namespace, self._selector = batch, namespace, label_selector
+        self._parse, self._timeout, self._watch_seconds = parse, timeout, watch_seconds
+        self._idle_seconds = idle_seconds
+        self._lock = threading.Lock()
+        self._jobs: dict[str, JobState] = {}
+        self._in_step = False
+        self._untold: str | None = None
+        self._asked = time.monotonic()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"job-watch-{namespace}")
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def jobs(self) -> list[JobState] | None:
+        """Every Job as the watch last saw it; None while the cache is not in step."""
+        with self._lock:
+            self._asked = time.monotonic()
+            return list(self._jobs.values()) if self._in_step else None
+
+    def untold_failure(self) -> str | None:
+        """Why the watch last failed, once per failure: the caller logs it (this thread never does,
+        as it may outlive the run that started it); None when nothing new failed."""
+        with self._lock:
+            failure, self._untold = self._untold, None
+            return failure
+
+    def _run(self) -> None:
+        pause = RETRY_SECONDS
+        while time.monotonic() - self._asked < self._idle_seconds:
+            try:
+                version = self._list()
+                pause = RETRY_SECONDS
+                while time.monotonic() - self._asked < self._idle_seconds:
+                    version = self._watch(version)
+            except ResourceVersionGone:
+                self._step(False)
+            except Exception as exc:  # the cluster's trouble: listed again after a pause
+                with self._lock:
+                    self._in_step, self._untold = False, f"{exc!r}"
+                time.sleep(pause)
+                pause = min(pause * 2, RETRY_CAP_SECONDS)
+        self._step(False)
+
+    def _step(self, in_step: bool, jobs: dict[str, JobState] | None = None) -> None:
+        with self._lock:
+            self._in_step = in_step
+            if jobs is not None:
+                self._jobs = jobs
+
+    def _list(self) -> str:
+        with kubernetes_errors(f"list Jobs in {self._namespace}", "list_jobs_to_watch"):
+            response: Any = self._batch.list_namespaced_job(
+                self._namespace,
+                label_selector=self._selector,
+                _request_timeout=self._timeout,
+                _preload_content=False,
+            )
+            listed = json.loads(response.data)
+        jobs = {job.name: job for job in map(self._parse, listed.get("items") or [])}
+        self._step(True, jobs)
+        return str((listed.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _watch(self, version: str) -> str:
+        """One watch request from ``version``; the last resourceVersion it saw."""
+        for kind, obj in self._events(version):
+            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+            if kind == "BOOKMARK":
+                continue
+            job = self._parse(obj)
+            with self._lock:
+                if kind == "DELETED":
+                    self._jobs.pop(job.name, None)
+                else:
+                    self._jobs[job.name] = job
+        return version
+
+    def _events(self, version: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        try:
+            response: Any = self._batch.list_namespaced_job(
+                self._namespace,
+                label_selector=self._selector,
+                watch=True,
+                resource_version=version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=self._watch_seconds,
+                _request_timeout=(self._timeout, self._watch_seconds + self._timeout),
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            if exc.status == 410:
+                raise ResourceVersionGone(version) from exc
+            raise
+        try:
+            for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                kind, obj = str(event.get("type")), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise ResourceVersionGone(version)
+                    raise RuntimeError(f"watch Jobs in {self._namespace}: {obj.get('message')}")
+                yield kind, obj
+        finally:
+            response.close()
+            response.release_conn()

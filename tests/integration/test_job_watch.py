@@ -1,0 +1,159 @@
+"""Falcon's Jobs followed by a list and a watch (``JobWatch``), against the emulator over HTTP
+through the official client, and ``KubernetesJobs.list_jobs`` answering from it.
+
+We test: the watch is in step after its list and follows a Job created, resumed and deleted; a
+resourceVersion too old to resume from (410 Gone) is listed again; a watch nobody asks for stops;
+``list_jobs`` lists whole before the watch is in step, answers from it after, and still fails
+when the cluster's API does not answer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from kubernetes import client as k8s
+from prometheus_client import REGISTRY
+
+from falcon.adapters.clock import utc_now
+from falcon.adapters.db import repository as repo
+from falcon.adapters.db.migrate import upgrade
+from falcon.adapters.db.session import session_scope
+from falcon.adapters.job_watch import JobWatch
+from falcon.adapters.k8s import KubernetesJobs, _job_state
+from falcon.bootstrap import Gateways
+from falcon.domain.errors import TemporaryError
+from falcon.domain.job_manifest import MANAGED_BY
+from falcon.domain.workloads import JobState
+from falcon.settings import get_settings
+from falcon_emulator.server import EmulatorServer
+from tests.integration.harness import CLUSTER, inject_fault
+
+NAMESPACE = "falcon-jobs"
+SELECTOR = f"managed-by={MANAGED_BY}"
+T = TypeVar("T")
+
+
+@pytest.fixture
+def api(emulator: EmulatorServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[k8s.ApiClient]:
+    """The emulated cluster edge-a's Kubernetes API, located through GKE as the dispatcher does."""
+    url = f"sqlite:///{tmp_path / 'falcon.db'}"
+    upgrade(url)
+    with session_scope(url) as session:
+        repo.add_cluster(session, CLUSTER, utc_now())
+    monkeypatch.setenv("FALCON_DATABASE_URL", url)
+    monkeypatch.setenv("FALCON_EMULATOR_URL", emulator.url)
+    get_settings.cache_clear()
+    client = Gateways(get_settings()).kubernetes_api(CLUSTER)
+    k8s.CoreV1Api(client).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NAMESPACE)))
+    yield client
+    get_settings.cache_clear()
+
+
+def job_manifest(name: str) -> dict[str, Any]:
+    """A suspended Job of Falcon's: it starts no pod, so it needs no node pool."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": {"managed-by": MANAGED_BY}},
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "trainer:1"}]}
+            },
+        },
+    }
+
+
+def watch_of(api: k8s.ApiClient, idle_seconds: float = 10) -> JobWatch:
+    return JobWatch(k8s.BatchV1Api(api), NAMESPACE, SELECTOR, _job_state, 5, 1, idle_seconds)
+
+
+def eventually(read: Callable[[], T], holds: Callable[[T], bool], seconds: float = 10) -> T:
+    deadline = time.monotonic() + seconds
+    while True:
+        value = read()
+        if holds(value) or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
+
+
+def calls_made(call: str) -> float:
+    """Kubernetes API calls of this name answered so far, as falcon_api_calls counts them."""
+    labels = {"api": "kubernetes", "call": call, "outcome": "ok"}
+    return REGISTRY.get_sample_value("falcon_api_calls_total", labels) or 0.0
+
+
+def lists_made() -> float:
+    """Whole lists of Jobs asked of the API server so far, outside the watch's own."""
+    return calls_made("list_jobs")
+
+
+def answered_from_the_watch(jobs: KubernetesJobs) -> bool:
+    before = lists_made()
+    jobs.list_jobs(NAMESPACE, SELECTOR)
+    return lists_made() == before
+
+
+def by_name(jobs: list[JobState] | None) -> dict[str, JobState]:
+    return {job.name: job for job in jobs or []}
+
+
+def test_the_watch_follows_a_job_created_resumed_and_deleted(api: k8s.ApiClient) -> None:
+    jobs = KubernetesJobs(api, 5)
+    uid = jobs.create_job(NAMESPACE, job_manifest("job-before"))
+    watch = watch_of(api)
+
+    assert set(by_name(eventually(watch.jobs, lambda j: j is not None))) == {"job-before"}
+
+    jobs.create_job(NAMESPACE, job_manifest("job-after"))
+    seen = eventually(lambda: by_name(watch.jobs()), lambda j: "job-after" in j)
+    assert seen["job-after"].suspended
+
+    jobs.resume_job(NAMESPACE, "job-before", uid)
+    seen = eventually(lambda: by_name(watch.jobs()), lambda j: not j["job-before"].suspended)
+    assert not seen["job-before"].suspended
+
+    jobs.delete_job(NAMESPACE, "job-after")
+    assert set(eventually(lambda: by_name(watch.jobs()), lambda j: "job-after" not in j)) == {"job-before"}
+
+
+def test_a_resource_version_too_old_is_listed_again(api: k8s.ApiClient, emulator: EmulatorServer) -> None:
+    watch = watch_of(api)
+    eventually(watch.jobs, lambda j: j is not None)
+    listed = calls_made("list_jobs_to_watch")
+
+    inject_fault(emulator, "GET", r"/jobs$", 410, "too old resource version", times=1)
+    assert eventually(lambda: calls_made("list_jobs_to_watch"), lambda n: n > listed) == listed + 1
+    KubernetesJobs(api, 5).create_job(NAMESPACE, job_manifest("job-later"))
+
+    assert set(eventually(lambda: by_name(watch.jobs()), lambda j: "job-later" in j)) == {"job-later"}
+    assert watch.untold_failure() is None  # a 410 is no failure: the watch lists again
+
+
+def test_a_watch_nobody_asks_for_stops(api: k8s.ApiClient) -> None:
+    watch = watch_of(api, idle_seconds=1)
+    assert eventually(lambda: watch.alive, lambda alive: not alive, seconds=10) is False
+
+
+def test_list_jobs_answers_from_the_watch_and_still_fails_when_the_cluster_does_not_answer(
+    api: k8s.ApiClient, emulator: EmulatorServer
+) -> None:
+    jobs = KubernetesJobs(api, 5, watch_seconds=1)
+    jobs.create_job(NAMESPACE, job_manifest("job-a"))
+    assert [j.name for j in jobs.list_jobs(NAMESPACE, SELECTOR)] == ["job-a"]
+
+    assert eventually(lambda: answered_from_the_watch(jobs), bool)  # once the watch is in step
+
+    jobs.create_job(NAMESPACE, job_manifest("job-b"))
+    whole_lists = lists_made()
+    listed = eventually(lambda: by_name(jobs.list_jobs(NAMESPACE, SELECTOR)), lambda j: len(j) == 2)
+    assert set(listed) == {"job-a", "job-b"}
+    assert lists_made() == whole_lists
+
+    inject_fault(emulator, "GET", r"/jobs$", 503, "the API server is overloaded")
+    with pytest.raises(TemporaryError):
+        jobs.list_jobs(NAMESPACE, SELECTOR)
