@@ -93,6 +93,7 @@ from scale_metrics import (
     Window,
     counter_total,
     find_process,
+    gauge_value,
     histograms,
     quantile,
     tree,
@@ -412,6 +413,7 @@ def scrape(port: int) -> Scrape:
     return Scrape(
         loops | {f"gc/{generation}": histogram for generation, histogram in collections.items()},
         counter_total(answer.text, DEFERRED_METRIC),
+        gauge_value(answer.text, "process_start_time_seconds"),
     )
 
 
@@ -497,17 +499,19 @@ class Follower(threading.Thread):
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
 
-    def open(self, name: str, first: Scrape) -> None:
-        """Close the open window on ``first`` and open ``name`` from it."""
+    def open(self, name: str, first: Scrape | None = None) -> None:
+        """Close the open window and open ``name``, both on one scrape (``first``, or one taken
+        now under the lock, so that no later scrape is counted before it)."""
         with self._lock:
+            first = first or scrape_answered(self.port)
             if self._open is not None:
                 self._open.add(first)
             self._open = self.windows[name] = Window(first)
 
-    def close(self, last: Scrape) -> None:
+    def close(self) -> None:
         with self._lock:
             if self._open is not None:
-                self._open.add(last)
+                self._open.add(scrape_answered(self.port))
             self._open = None
         self._stop_event.set()
         self.join(30)
@@ -858,13 +862,13 @@ def steady_and_drain(
     at_start = timeline.points[-1][1]
     time.sleep(args.steady_seconds)
     steady_end = time.monotonic()
-    follower.open("drain", scrape_answered(stack.health_port))
+    follower.open("drain")
     stack.sampler.phase = "drain"
     print("steady window over; draining", flush=True)
     limit = max(0.0, inserted + args.drain_limit - time.monotonic())
     drained, final = wait_until(stack, timeline, lambda c: c["terminal"] >= total, limit)
     seconds = time.monotonic() - inserted
-    follower.close(scrape_answered(stack.health_port))
+    follower.close()
     stack.sampler.stop()
     waiting_done = timeline.first("later_terminal", args.waiting)
     waiting_seconds = None if waiting_done is None else waiting_done - inserted

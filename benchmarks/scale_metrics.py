@@ -67,6 +67,7 @@ class Scrape:
 
     histograms: dict[str, Histogram] = field(default_factory=dict)
     picks_deferred: float | None = None
+    process_started: float | None = None  # the serving process's start time: which process answered
 
 
 @dataclass
@@ -83,19 +84,33 @@ class Window:
 
     def add(self, now: Scrape) -> None:
         """Count a later scrape. An empty one (nobody serving /metrics, as between two dispatcher
-        runs) is skipped: the next scrape that answers counts what happened meanwhile."""
+        runs) is skipped: the next scrape that answers counts what happened meanwhile. So is one
+        of the same process with fewer ticks than the last: it was read before the last one."""
         if not now.histograms:
             return
-        ticks, before = now.histograms.get("tick/total"), self.last.histograms.get("tick/total")
-        if ticks is not None and before is not None and ticks.count < before.count:
-            self.replaced += 1
+        replaced = self._replaced_by(now)
+        if replaced is None:
+            return
+        self.replaced += replaced
         for part, histogram in now.histograms.items():
-            seen = histogram.since(self.last.histograms.get(part))
+            seen = histogram.since(None if replaced else self.last.histograms.get(part))
             self.histograms[part] = self.histograms[part].plus(seen) if part in self.histograms else seen
         if now.picks_deferred is not None:
-            deferred = counted_since(now.picks_deferred, self.last.picks_deferred)
+            earlier = None if replaced else self.last.picks_deferred
+            deferred = counted_since(now.picks_deferred, earlier)
             self.picks_deferred = (self.picks_deferred or 0.0) + deferred
         self.last = now
+
+    def _replaced_by(self, now: Scrape) -> bool | None:
+        """Whether ``now`` comes from a new process; None for a scrape older than the last one."""
+        ticks, before = now.histograms.get("tick/total"), self.last.histograms.get("tick/total")
+        fewer = ticks is not None and before is not None and ticks.count < before.count
+        started, started_before = now.process_started, self.last.process_started
+        if started is None or started_before is None:
+            return fewer  # no process identity on the page: fewer ticks means a new process
+        if started != started_before:
+            return True
+        return None if fewer else False
 
 
 @dataclass(frozen=True)
@@ -143,6 +158,14 @@ def counter_total(text: str, metric: str) -> float:
         for sample in family.samples
         if sample.name == f"{metric}_total"
     )
+
+
+def gauge_value(text: str, metric: str) -> float | None:
+    """The value of an unlabelled gauge in a Prometheus text page; None when the page has none."""
+    for family in text_string_to_metric_families(text):
+        if family.name == metric and family.samples:
+            return family.samples[0].value
+    return None
 
 
 def counted_since(later: float, earlier: float | None) -> float:

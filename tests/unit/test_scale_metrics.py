@@ -55,13 +55,14 @@ def test_a_quantile_lies_in_the_bucket_that_holds_it() -> None:
     assert p99 is not None and (p99.lower, p99.upper) == (0.1, 0.5)
 
 
-def observed(seconds: list[float], deferred: float = 0.0) -> Scrape:
-    """One /metrics scrape of a dispatcher process that has ticked ``seconds`` so far."""
+def observed(seconds: list[float], deferred: float = 0.0, started: float | None = None) -> Scrape:
+    """One /metrics scrape of a dispatcher process (started at ``started``, when the page says)
+    that has ticked ``seconds`` so far."""
     registry = CollectorRegistry()
     ticks = Histogram("tick", "tick", ["part"], buckets=(0.1, 0.5, 1.0), registry=registry)
     for one in seconds:
         ticks.labels("total").observe(one)
-    return Scrape({"tick/total": histograms(page(registry), "tick", "part")["total"]}, deferred)
+    return Scrape({"tick/total": histograms(page(registry), "tick", "part")["total"]}, deferred, started)
 
 
 def test_a_window_counts_the_ticks_between_its_first_and_last_scrape() -> None:
@@ -87,4 +88,25 @@ def test_a_dispatcher_replaced_inside_a_window_keeps_both_runs_ticks() -> None:
     ticks = window.histograms["tick/total"]
     assert ticks.count == 7
     assert dict(ticks.buckets)[0.5] == 6
+    assert window.replaced == 1
+
+
+def test_a_scrape_read_before_the_last_one_is_not_taken_for_a_new_process() -> None:
+    """Two threads scrape; one may hand in its older page after the other's newer one. Counted as
+    a new process, the older page would add the process's whole history to the window."""
+    window = Window(observed([0.05] * 100, started=1000.0))
+    window.add(observed([0.05] * 100 + [0.3] * 5, started=1000.0))
+    window.add(observed([0.05] * 100 + [0.3] * 2, started=1000.0))  # read before the last one
+    window.add(observed([0.05] * 100 + [0.3] * 6, started=1000.0))
+
+    assert window.histograms["tick/total"].count == 6
+    assert window.replaced == 0
+
+
+def test_a_new_process_is_told_by_its_start_time_even_with_more_ticks() -> None:
+    window = Window(observed([0.05] * 3, started=1000.0))
+    window.add(observed([0.05] * 3 + [0.3], started=1000.0))
+    window.add(observed([0.7] * 10, started=2000.0))
+
+    assert window.histograms["tick/total"].count == 11
     assert window.replaced == 1

@@ -27,7 +27,6 @@ logger = logging.getLogger(__name__)
 # past that (a ramp, when most Jobs start at once).
 PODS_BY_NAME = 50
 
-
 # A Job watch nobody asked for over this long stops (a round asks every second).
 WATCH_IDLE_SECONDS = 30.0
 

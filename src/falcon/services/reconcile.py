@@ -73,10 +73,11 @@ class Followed:
 
 def follow_running(services: Services, clusters: Clusters, waited_for: Set[str] = frozenset()) -> Followed:
     """One database read and one Job list per cluster with running tasks or in ``waited_for``
-    (clusters tasks wait for: the same list tells whether they answer); every running task whose
-    Job ended, vanished, timed out, was aborted or has pods that can never start moves to
-    releasing. A Job that ended by itself has its pool settled at once (``offer_freed_pool``);
-    when the pool was kept, the round finishes the task too (``_release_now``)."""
+    (clusters tasks wait for: the same list tells whether they answer; the dispatcher's list is
+    answered from a watch, ``JobWatch``); every running task whose Job ended, vanished, timed
+    out, was aborted or has pods that can never start moves to releasing. A Job that ended by
+    itself has its pool settled at once (``offer_freed_pool``); when the pool was kept, the round
+    finishes the task too (``_release_now``)."""
     by_cluster: dict[str, list[tuple[Progress, RunningTask]]] = {cluster_id: [] for cluster_id in waited_for}
     for progress, task in services.store.running_tasks():
         cluster_id = progress.queue.cluster_id if progress.queue else ""
