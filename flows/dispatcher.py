@@ -31,7 +31,7 @@ from falcon.adapters.artifacts import ViewArtifact
 from falcon.adapters.clock import StoppableClock, utc_now
 from falcon.adapters.collector import full_collections_between_ticks
 from falcon.adapters.health import database_check, prefect_check, serving_health
-from falcon.adapters.metrics import GC_PAUSES, MESSAGES_SECONDS, RECONCILE_SECONDS, timed_tick
+from falcon.adapters.metrics import GC_PAUSES, MESSAGES_SECONDS, RECONCILE_SECONDS, observe_steps, timed_tick
 from falcon.adapters.runs import ThreadLauncher, next_scheduled_start
 from falcon.bootstrap import services, serving
 from falcon.services.context import Services
@@ -68,6 +68,7 @@ def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = No
             name="reconcile",
         )
         work.on_pool_offered = ticking.nudge
+        work.on_steps = observe_steps
         seconds = until_next_scheduled(run_seconds or settings.dispatcher_run_seconds)
         try:
             with (

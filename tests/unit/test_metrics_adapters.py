@@ -338,6 +338,17 @@ def test_a_cluster_registered_leaves_an_audit_line(caplog: pytest.LogCaptureFixt
     ]
 
 
+def test_a_rounds_steps_are_observed_by_loop_and_step() -> None:
+    def count(step: str) -> float:
+        labels = {"loop": "reconcile", "step": step}
+        return REGISTRY.get_sample_value("falcon_dispatcher_step_seconds_count", labels) or 0.0
+
+    before = count("follow"), count("release")
+    metrics.observe_steps("reconcile", {"follow": 0.12, "release": 0.4})
+
+    assert (count("follow"), count("release")) == (before[0] + 1, before[1] + 1)
+
+
 def test_a_tick_is_split_into_prefect_calls_database_transactions_and_its_threads_cpu(
     tmp_path: Path,
 ) -> None:

@@ -248,7 +248,6 @@ def test_running_task_aborted_moves_to_releasing_with_aborted(svc: Services) -> 
 
 def test_abort_during_release_turns_the_outcome_into_aborted(svc: Services) -> None:
     running(svc, "t1")
-    k8s_of(svc).delete_failures.append(TemporaryError("delete Job: timed out"))  # left to a release run
     k8s_of(svc).job(JOB).script.complete = True
     assert reconcile.follow_running(svc, clusters_of(svc)).ended == ["t1"]
     assert svc.store.progress["t1"].outcome == succeeded(svc.say)
@@ -259,7 +258,6 @@ def test_abort_during_release_turns_the_outcome_into_aborted(svc: Services) -> N
 
 def test_release_of_a_task_aborted_while_releasing_ends_aborted(svc: Services) -> None:
     running(svc, "t1")
-    k8s_of(svc).delete_failures.append(TemporaryError("delete Job: timed out"))  # left to a release run
     k8s_of(svc).job(JOB).script.complete = True
     reconcile.follow_running(svc, clusters_of(svc))
     svc.store.request_abort("t1")
@@ -272,7 +270,6 @@ def test_release_of_a_task_aborted_while_releasing_ends_aborted(svc: Services) -
 
 def test_completed_job_moves_to_releasing_with_succeeded(svc: Services) -> None:
     running(svc, "t1")
-    k8s_of(svc).delete_failures.append(TemporaryError("delete Job: timed out"))  # left to a release run
     assert reconcile.follow_running(svc, clusters_of(svc)).ended == []
     k8s_of(svc).job(JOB).script.complete = True
     assert reconcile.follow_running(svc, clusters_of(svc)).ended == ["t1"]

@@ -6,6 +6,7 @@ finished by that round too, a deleted pool's by a release run."""
 
 from __future__ import annotations
 
+import pytest
 from tests.unit.fakes import arrivals, k8s_of, queued, running
 
 from falcon.domain.errors import TemporaryError
@@ -90,6 +91,28 @@ def test_a_round_finishes_tasks_for_a_second_at_most_and_leaves_the_rest_to_rele
     assert sorted(report.offered) == ["t1", "t2", "t3"]
     assert len(report.released) == 2 and report.started == sorted(set(report.offered) - set(report.released))
     assert all(svc.store.task(t).status is Status.SUCCEEDED for t in report.released)
+
+
+def test_a_round_reports_its_steps_with_ending_kept_pool_tasks_apart_from_following(
+    svc: Services,
+) -> None:
+    """Following the Jobs is the round's cost per round; ending the tasks whose pool it kept is a
+    cost per ended task (a Job deletion each): exported apart, each can be read on its own."""
+    running(svc, "t1")
+    queued(svc, "t2")
+    k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
+    k8s_of(svc).delete_seconds = 0.4
+    dispatcher, steps = Dispatcher(svc), []
+    dispatcher.on_steps = lambda loop, seen: steps.append((loop, dict(seen)))
+    try:
+        assert dispatcher.reconcile().released == ["t1"]
+        dispatcher.pick_tick()
+    finally:
+        dispatcher.close()
+    (loop, round_steps), (tick_loop, _) = steps
+    assert (loop, tick_loop) == ("reconcile", "tick")
+    assert list(round_steps)[:5] == ["follow", "release", "supervise", "reap", "warm"]
+    assert round_steps["release"] == pytest.approx(0.4) and round_steps["follow"] == 0.0
 
 
 def test_a_release_that_keeps_the_pool_never_waits(svc: Services) -> None:

@@ -65,6 +65,21 @@ RECONCILE_SECONDS = Histogram(
     buckets=_STEP_BUCKETS,
 )
 
+STEP_SECONDS = Histogram(
+    "falcon_dispatcher_step_seconds",
+    "the steps of a tick (snapshot, intake, schedule, ...) and of a reconcile round (follow: the Job"
+    " lists and outcomes; release: ending the tasks whose pool the round kept; supervise, reap, warm,"
+    " orphans, view), wall time",
+    ["loop", "step"],
+    buckets=_STEP_BUCKETS,
+)
+
+
+def observe_steps(loop: str, steps: Mapping[str, float]) -> None:
+    """One tick's or round's steps (``Laps.phases``) into falcon_dispatcher_step_seconds."""
+    for step, seconds in steps.items():
+        STEP_SECONDS.labels(loop, step).observe(seconds)
+
 
 class PrometheusTidalMetrics:
     """The controller's metrics port on the module's collectors (created once per process:

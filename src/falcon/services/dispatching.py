@@ -217,6 +217,8 @@ class Dispatcher:
         self._unlaunched: dict[str, float] = {}  # picks seen with no run recorded yet (supervise_runs)
         self._next_fire: datetime | None = None  # the next tidal warm-pool fire: reconcile then
         self.on_pool_offered: Callable[[], None] = lambda: None  # the deployed flow nudges its tick loop
+        # Each tick's and round's steps, by loop ("tick", "reconcile"): the deployed flow exports them.
+        self.on_steps: Callable[[str, Mapping[str, float]], None] = lambda loop, steps: None
 
     def tick(self) -> TickReport:
         """Intake, aborts and picks, then a reconcile round if one is due (or a tidal fire came)."""
@@ -232,15 +234,19 @@ class Dispatcher:
         """Intake, aborts and picks only: the loop beside ``reconcile`` in the deployed dispatcher."""
         laps = Laps(self.services.clock)
         report = self._picks(laps)
-        _log_if_slow("tick", laps)
+        self._done("tick", laps)
         return report
 
     def reconcile(self) -> TickReport:
         """One reconcile round, now."""
         laps, report = Laps(self.services.clock), TickReport()
         self._reconcile(report, laps)
-        _log_if_slow("reconcile", laps)
+        self._done("reconcile", laps)
         return report
+
+    def _done(self, loop: str, laps: Laps) -> None:
+        self.on_steps(loop, laps.phases)
+        _log_if_slow(loop, laps)
 
     def _picks(self, laps: Laps) -> TickReport:
         with self._book_lock:
@@ -335,10 +341,12 @@ class Dispatcher:
             waiting = self.book.counts()
         waited_for = {queue.cluster_id for queue in waiting}
         followed = reconcile.follow_running(svc, clusters, waited_for)
-        report.ended, report.offered, report.released = followed.ended, followed.offered, followed.released
+        report.ended, report.offered = followed.ended, followed.offered
         if followed.offered:
             self.on_pool_offered()  # a waiting task may take it: pick now, not at the next tick
         laps.lap("follow")
+        report.released = reconcile.finish_offered(svc, followed.offered)
+        laps.lap("release")
         report.started = reconcile.supervise_runs(svc, self._unlaunched)
         laps.lap("supervise")
         now, rules = svc.clock.now(), schedulable(svc.store.warm_rules())

@@ -76,14 +76,13 @@ def follow_running(services: Services, clusters: Clusters, waited_for: Set[str] 
     (clusters tasks wait for: the same list tells whether they answer; the dispatcher's list is
     answered from a watch, ``JobWatch``); every running task whose Job ended, vanished, timed
     out, was aborted or has pods that can never start moves to releasing. A Job that ended by
-    itself has its pool settled at once (``offer_freed_pool``); when the pool was kept, the round
-    finishes the task too (``_release_now``)."""
+    itself has its pool settled at once (``offer_freed_pool``); when the pool was kept, the task
+    is ``offered``, for ``finish_offered`` to end."""
     by_cluster: dict[str, list[tuple[Progress, RunningTask]]] = {cluster_id: [] for cluster_id in waited_for}
     for progress, task in services.store.running_tasks():
         cluster_id = progress.queue.cluster_id if progress.queue else ""
         by_cluster.setdefault(cluster_id, []).append((progress, task))
     followed = Followed([], {})
-    release_until = services.clock.monotonic() + RELEASE_IN_ROUND_SECONDS
     for cluster_id, tasks in by_cluster.items():
         cluster = clusters.get(cluster_id)
         if cluster is None:
@@ -95,7 +94,7 @@ def follow_running(services: Services, clusters: Clusters, waited_for: Set[str] 
             continue  # try again next round
         except FalconError:
             continue
-        _follow_cluster(services, cluster, tasks, {j.name: j for j in listed}, followed, release_until)
+        _follow_cluster(services, cluster, tasks, {j.name: j for j in listed}, followed)
     return followed
 
 
@@ -105,7 +104,6 @@ def _follow_cluster(
     tasks: list[tuple[Progress, RunningTask]],
     jobs: dict[str, JobState],
     followed: Followed,
-    release_until: float,
 ) -> None:
     blocked = _start_failures(
         services, cluster, [jobs[t.k8s_job_name] for _, t in tasks if t.k8s_job_name in jobs]
@@ -125,8 +123,6 @@ def _follow_cluster(
         queue = progress.queue
         if pods_done and queue and offer_freed_pool(services, cluster, task.id, queue, outcome):
             followed.offered.append(task.id)
-            if services.clock.monotonic() < release_until and _release_now(services, task.id):
-                followed.released.append(task.id)
 
 
 def _looked_up(services: Services, cluster: Cluster, task: RunningTask) -> JobState | None:
@@ -138,6 +134,13 @@ def _looked_up(services: Services, cluster: Cluster, task: RunningTask) -> JobSt
         return services.jobs(cluster).get_job(cluster.namespace, task.k8s_job_name)
     except NotFoundError:
         return None
+
+
+def finish_offered(services: Services, offered: Sequence[str]) -> list[str]:
+    """End the tasks whose pool a round kept, for RELEASE_IN_ROUND_SECONDS at most (the rest get
+    a release run from supervise_runs); the ones ended."""
+    until = services.clock.monotonic() + RELEASE_IN_ROUND_SECONDS
+    return [t for t in offered if services.clock.monotonic() < until and _release_now(services, t)]
 
 
 def _release_now(services: Services, task_id: str) -> bool:
