@@ -86,6 +86,7 @@ from scale_metrics import (
     GC_METRIC,
     MESSAGES_METRIC,
     RECONCILE_METRIC,
+    STEP_METRIC,
     TICK_METRIC,
     Histogram,
     Scrape,
@@ -393,6 +394,7 @@ class Sampler(threading.Thread):
 
 
 LOOPS = {"tick": TICK_METRIC, "reconcile": RECONCILE_METRIC, "messages": MESSAGES_METRIC}
+ROUND_STEPS = ("follow", "release", "supervise", "reap", "warm", "orphans", "view")
 
 
 def scrape(port: int) -> Scrape:
@@ -410,8 +412,11 @@ def scrape(port: int) -> Scrape:
         for part, histogram in histograms(answer.text, metric, "part").items()
     }
     collections = histograms(answer.text, GC_METRIC, "generation")
+    steps = histograms(answer.text, STEP_METRIC, "step", where={"loop": "reconcile"})
     return Scrape(
-        loops | {f"gc/{generation}": histogram for generation, histogram in collections.items()},
+        loops
+        | {f"gc/{generation}": histogram for generation, histogram in collections.items()}
+        | {f"round/{step}": histogram for step, histogram in steps.items()},
         counter_total(answer.text, DEFERRED_METRIC),
         gauge_value(answer.text, "process_start_time_seconds"),
     )
@@ -532,11 +537,19 @@ def _brief(counts: Counter[str]) -> str:
 
 
 def tick_table(window: dict[str, Histogram]) -> dict[str, Any]:
-    """p50/p99 and the mean of each loop's parts, and of each generation's garbage collections (a
-    row's "ticks" are then collections), over a window, with the bucket each quantile lies in."""
+    """p50/p99 and the mean of each loop's parts, of the reconcile round's steps (wall time: follow
+    the Jobs, end the tasks whose pool the round kept, ...), and of each generation's garbage
+    collections (a row's "ticks" are then collections), over a window, with the bucket each
+    quantile lies in."""
     table: dict[str, Any] = {}
     parts = ("total", "falcon", "prefect", "database", "cpu", "runqueue", "gc")
-    rows = [*(f"{loop}/{part}" for loop in LOOPS for part in parts), "gc/0", "gc/1", "gc/2"]
+    rows = [
+        *(f"{loop}/{part}" for loop in LOOPS for part in parts),
+        *(f"round/{step}" for step in ROUND_STEPS),
+        "gc/0",
+        "gc/1",
+        "gc/2",
+    ]
     for part in rows:
         histogram = window.get(part)
         if histogram is None or histogram.count <= 0:

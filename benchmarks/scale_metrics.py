@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import psutil
@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 TICK_METRIC = "falcon_dispatcher_tick_seconds"
 MESSAGES_METRIC = "falcon_dispatcher_messages_seconds"
 RECONCILE_METRIC = "falcon_dispatcher_reconcile_seconds"  # the loop beside the tick
+STEP_METRIC = "falcon_dispatcher_step_seconds"  # the steps of a tick or round, by loop
 GC_METRIC = "falcon_gc_pause_seconds"  # the dispatcher process's garbage collections, by generation
 DEFERRED_METRIC = "falcon_picks_deferred"  # picks left to the next tick: Prefect answered busy, or not at all
 
@@ -127,15 +128,18 @@ class _Series:
     total: float = 0.0
 
 
-def histograms(text: str, metric: str, label: str) -> dict[str, Histogram]:
-    """Each series of the histogram ``metric`` in a Prometheus text page, keyed by ``label``'s value."""
+def histograms(
+    text: str, metric: str, label: str, where: Mapping[str, str] | None = None
+) -> dict[str, Histogram]:
+    """Each series of the histogram ``metric`` in a Prometheus text page, keyed by ``label``'s
+    value; with ``where``, only the series with those other labels."""
     series: dict[str, _Series] = {}
     for family in text_string_to_metric_families(text):
         if family.name != metric or family.type != "histogram":
             continue
         for sample in family.samples:
             key = sample.labels.get(label)
-            if key is None:
+            if key is None or any(sample.labels.get(k) != v for k, v in (where or {}).items()):
                 continue
             one = series.setdefault(key, _Series())
             if sample.name.endswith("_bucket"):
