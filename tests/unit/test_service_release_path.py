@@ -6,6 +6,9 @@ finished by that round too, a deleted pool's by a release run."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from tests.unit.fakes import arrivals, k8s_of, queued, running
 
@@ -201,3 +204,28 @@ def test_a_job_whose_pods_may_still_run_leaves_its_pool_to_the_release_run(svc: 
     assert (pool.state, pool.holder_task_id) == (PoolState.IN_USE, "t1")
     assert release(svc, "t1").status is Status.ABORTED
     assert svc.store.pool("c1", pool.name).state is PoolState.IDLE  # kept for t2 once the Job went
+
+
+def test_a_round_never_waits_for_a_tick_that_holds_the_book(svc: Services) -> None:
+    """A tick that takes thousands of rows in holds the queue book for seconds; the round follows
+    the Jobs meanwhile, with the waiting counts the last tick left."""
+    running(svc, "t1")
+    k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
+    dispatcher = Dispatcher(svc)
+    holding, done = threading.Event(), threading.Event()
+
+    def long_tick() -> None:
+        with dispatcher._book_lock:
+            holding.set()
+            done.wait(10)
+
+    tick = threading.Thread(target=long_tick)
+    tick.start()
+    holding.wait(5)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            assert pool.submit(dispatcher.reconcile).result(timeout=5).ended == ["t1"]
+    finally:
+        done.set()
+        tick.join()
+        dispatcher.close()

@@ -197,7 +197,10 @@ class Dispatcher:
         self._publish = publish
         self._messages = messages
         self.book = QueueBook()
-        self._book_lock = threading.RLock()  # the tick's, briefly the round's
+        self._book_lock = threading.RLock()  # the tick's; the round's only when a cluster's hold changes
+        # The waiting tasks per queue as the last tick left them: the round reads these, never
+        # waiting for a tick under way (one taking thousands of rows in holds the book for seconds).
+        self._waiting_counts: dict[QueueKey, int] = {}
         self._launches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="launch")
         settings = services.settings
         self._refresh = Every(settings.queue_refresh_seconds)
@@ -251,10 +254,12 @@ class Dispatcher:
     def _picks(self, laps: Laps) -> TickReport:
         with self._book_lock:
             try:
-                return self._take_in_and_pick(laps)
+                report = self._take_in_and_pick(laps)
             except BaseException:
                 self.book.loaded = False  # a write failed half-way: trust only the database now
                 raise
+            self._waiting_counts = self.book.counts()
+            return report
 
     def close(self) -> None:
         """Wait for launches under way and the Messages handed over; the dispatcher is not used
@@ -337,8 +342,7 @@ class Dispatcher:
     def _reconcile(self, report: TickReport, laps: Laps) -> None:
         svc = self.services
         clusters = {c.id: c for c in svc.store.clusters()}
-        with self._book_lock:
-            waiting = self.book.counts()
+        waiting = self._waiting_counts
         waited_for = {queue.cluster_id for queue in waiting}
         followed = reconcile.follow_running(svc, clusters, waited_for)
         report.ended, report.offered = followed.ended, followed.offered
@@ -375,10 +379,14 @@ class Dispatcher:
         """The view, to the state gauges (``events.resources_seen``) and to ``publish``; a view
         that fails is logged, never more: it is for people, and the round's work is done."""
         svc = self.services
+        if not self._book_lock.acquire(blocking=False):
+            return  # a tick holds the book (seconds, when it takes thousands of rows in): next period
         try:
-            with self._book_lock:
-                waiting = {q: list(tasks) for q, tasks in self.book.waiting.items()}
-                last_actors = dict(self.book.last_actor)
+            waiting = {q: list(tasks) for q, tasks in self.book.waiting.items()}
+            last_actors = dict(self.book.last_actor)
+        finally:
+            self._book_lock.release()
+        try:
             working = svc.store.progress_in([Phase.ACQUIRING, Phase.RUNNING])
             acquiring = {p.queue: p.task_id for p in working if p.phase is Phase.ACQUIRING and p.queue}
             running = Counter(p.queue.cluster_id for p in working if p.phase is Phase.RUNNING and p.queue)
@@ -423,6 +431,8 @@ class Dispatcher:
                     detail=error[:200],
                 )
         changed = set(held) ^ set(self._unreachable)
+        if not changed:
+            return  # the usual round: no need to wait for a tick that holds the book
         with self._book_lock:
             self.book.dirty.update(q for q in self.book.waiting if q.cluster_id in changed)
             self._unreachable = held
