@@ -27,14 +27,11 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from falcon.adapters.errors import kubernetes_errors
+from falcon.domain.tidal import ResourceVersionGone
 from falcon.domain.workloads import JobState
 
 RETRY_SECONDS = 2.0  # after a failed list or watch, before listing again; doubled while it fails
 RETRY_CAP_SECONDS = 30.0
-
-
-class ResourceVersionGone(Exception):
-    """The watch's resourceVersion is too old to resume from (410 Gone): list again."""
 
 
 class JobWatch:
