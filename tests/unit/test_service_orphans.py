@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from tests.unit.fakes import clusters_of, k8s_of, running
 
+from falcon.domain.errors import TemporaryError
 from falcon.domain.model import k8s_job_name_for
 from falcon.domain.status import Status
 from falcon.services import reconcile
@@ -31,3 +32,27 @@ def test_a_job_of_a_task_unknown_here_is_deleted(svc: Services) -> None:
     svc.store.rows.pop("t-gone")  # type: ignore[attr-defined]  # the database lost the row
     assert reconcile.delete_orphan_jobs(svc, clusters_of(svc)) == [k8s_job_name_for("t-gone")]
     assert k8s_of(svc).jobs == {}
+
+
+def test_a_job_the_api_would_not_delete_is_swept_by_the_next_sweep_and_reported_once(
+    svc: Services,
+) -> None:
+    running(svc, "t-gone")
+    svc.store.rows.pop("t-gone")  # type: ignore[attr-defined]
+    k8s = k8s_of(svc)
+    k8s.delete_failures.append(TemporaryError("503 Service Unavailable"))
+    assert reconcile.delete_orphan_jobs(svc, clusters_of(svc)) == []
+    assert reconcile.delete_orphan_jobs(svc, clusters_of(svc)) == [k8s_job_name_for("t-gone")]
+    assert k8s.jobs == {}
+
+
+def test_a_job_listed_after_it_was_deleted_is_not_reported_again(svc: Services) -> None:
+    """A watch's cache may list a Job for a moment after its deletion: its delete answers 404."""
+    running(svc, "t-gone")
+    svc.store.rows.pop("t-gone")  # type: ignore[attr-defined]
+    k8s = k8s_of(svc)
+    stale = list(k8s.jobs.values())
+    assert reconcile.delete_orphan_jobs(svc, clusters_of(svc)) == [k8s_job_name_for("t-gone")]
+    k8s.list_jobs = lambda namespace, selector: [j.state() for j in stale]  # type: ignore[method-assign]
+    assert reconcile.delete_orphan_jobs(svc, clusters_of(svc)) == []
+    assert k8s.count("delete_job") == 2

@@ -280,3 +280,13 @@ def test_orphan_falcon_pools_are_deleted_tracked_ones_are_not(svc: Services) -> 
     svc.node_pools.add_existing(cl, "default-pool")
     assert reconcile.delete_orphan_pools(svc, clusters_of(svc)) == ["falcon-orphan"]
     assert set(svc.node_pools.pools) == {("c1", POOL), ("c1", "default-pool")}
+
+
+def test_an_orphan_pool_gke_would_not_delete_yet_is_reported_by_the_sweep_that_deletes_it(
+    svc: Services,
+) -> None:
+    svc.node_pools.add_existing(svc.store.clusters()[0], "falcon-orphan")
+    svc.node_pools.fail_delete(BusyError("cluster is running another operation"))
+    assert reconcile.delete_orphan_pools(svc, clusters_of(svc)) == []
+    assert reconcile.delete_orphan_pools(svc, clusters_of(svc)) == ["falcon-orphan"]
+    assert svc.node_pools.pools == {}

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 
 from falcon.domain.errors import FalconError, NotFoundError, TemporaryError
 from falcon.domain.events import Stage
@@ -333,11 +334,9 @@ def delete_orphan_pools(services: Services, clusters: Clusters) -> list[str]:
     orphans = []
     for cluster, names in listed:
         found = [n for n in names if n.startswith(NODE_POOL_PREFIX) and (cluster.id, n) not in tracked]
-        for name in found:
-            with contextlib.suppress(FalconError):  # gone already, or GKE busy: found again next scan
-                services.node_pools.delete(cluster, name)
-        services.events.orphans_swept(cluster.id, "node_pool", found)
-        orphans.extend(found)
+        swept = _deleted(found, partial(services.node_pools.delete, cluster))
+        services.events.orphans_swept(cluster.id, "node_pool", swept)
+        orphans.extend(swept)
     return orphans
 
 
@@ -386,13 +385,29 @@ def _delete_orphans(
         except FalconError:
             continue
         tasks = services.store.tasks(task_id for _, task_id in found if task_id)
-        swept = []
-        for name, task_id in found:
-            task = tasks.get(task_id or "")
-            if task is None or task.status in TERMINAL:
-                with contextlib.suppress(FalconError):
-                    delete(gateway, cluster.namespace, name)
-                swept.append(name)
+        ended = [name for name, task_id in found if _ended(tasks.get(task_id or ""))]
+        swept = _deleted(ended, partial(delete, gateway, cluster.namespace))
         services.events.orphans_swept(cluster.id, kind, swept)
         orphans.extend(swept)
     return orphans
+
+
+def _ended(task: Task | None) -> bool:
+    return task is None or task.status in TERMINAL
+
+
+def _deleted(names: Sequence[str], delete: Callable[[str], object]) -> list[str]:
+    """The names this call deleted, the only ones audited as swept. One gone already was listed a
+    moment stale (a watch not yet told of its deletion, a sweep that just ran); one the API would
+    not delete now (busy, unreachable) is found again by the next sweep."""
+    deleted = []
+    for name in names:
+        try:
+            delete(name)
+        except NotFoundError:
+            continue
+        except FalconError as exc:
+            logger.info("event=orphan_not_deleted name=%s error=%s", name, exc)
+            continue
+        deleted.append(name)
+    return deleted
