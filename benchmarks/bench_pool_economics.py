@@ -212,8 +212,8 @@ class EverySparePolicy:
     def hold_for_waiters(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
         return self.falcon.hold_for_waiters(observed, mode)
 
-    def keep_at_release(self, waiting: int, idle: int, horizon: timedelta) -> bool:
-        return self.falcon.keep_at_release(waiting, idle, horizon) or horizon > timedelta(0)
+    def keep_at_release(self, waiting: int, idle: int, horizon: Callable[[], timedelta]) -> bool:
+        return self.falcon.keep_at_release(waiting, idle, horizon) or horizon() > timedelta(0)
 
 
 def arms(compression: float, start_delay_weight: float = 0.0) -> list[Arm]:

@@ -302,7 +302,7 @@ def test_a_policy_that_cannot_decide_is_refused(policy: dict[str, Any]) -> None:
     ],
 )
 def test_keep_at_release(waiting: int, idle: int, horizon: float, keep: bool) -> None:
-    assert POLICY.keep_at_release(waiting, idle, timedelta(seconds=horizon)) is keep
+    assert POLICY.keep_at_release(waiting, idle, lambda: timedelta(seconds=horizon)) is keep
 
 
 def test_the_baselines_do_as_named() -> None:
@@ -310,9 +310,9 @@ def test_the_baselines_do_as_named() -> None:
     keep_all: KeepPolicy = KeepAllPolicy()
     observed = seen((30, 45, 60, 50, 40))
     assert delete_each.horizon(observed, RES) == delete_each.hold_for_waiters(observed, RES) == timedelta(0)
-    assert not delete_each.keep_at_release(5, 0, timedelta(0))
+    assert not delete_each.keep_at_release(5, 0, lambda: timedelta(0))
     assert keep_all.horizon(observed, FLEX) == keep_all.hold_for_waiters(observed, FLEX) == FOREVER
-    assert keep_all.keep_at_release(0, 9, FOREVER)
+    assert keep_all.keep_at_release(0, 9, lambda: FOREVER)
 
 
 # --- properties -------------------------------------------------------------------------------
@@ -416,13 +416,19 @@ def test_junk_anywhere_never_changes_the_horizon(gaps: list[int], junk: list[tup
 def test_the_floor_always_keeps_and_the_baselines_never_or_always(
     waiting: int, idle: int, horizon: int
 ) -> None:
-    kept_for = timedelta(milliseconds=horizon)
+    asked: list[int] = []
+
+    def kept_for() -> timedelta:
+        asked.append(horizon)
+        return timedelta(milliseconds=horizon)
+
     one_spare = horizon > 0 and idle == waiting
     assert POLICY.keep_at_release(waiting, idle, kept_for) is (
         keep_pool_after_task(waiting, idle) or one_spare
     )
+    assert len(asked) == (idle == waiting)  # learning the horizon costs queries: only when it decides
     if waiting > idle:
-        assert POLICY.keep_at_release(waiting, idle, timedelta(0))
+        assert POLICY.keep_at_release(waiting, idle, lambda: timedelta(0))
     assert not DeleteEachPolicy().keep_at_release(waiting, idle, kept_for)
     assert KeepAllPolicy().keep_at_release(waiting, idle, kept_for)
 

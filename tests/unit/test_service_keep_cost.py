@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from tests.unit.fakes import MemoryTaskStore, arrivals, clusters_of, k8s_of, running
+from tests.unit.fakes import MemoryTaskStore, arrivals, clusters_of, k8s_of, queued, running
 
 from falcon.domain.lifecycle import NodePool, PoolState
 from falcon.domain.model import ProvisioningMode, QueueKey, k8s_job_name_for, node_pool_name_for
@@ -100,3 +100,19 @@ def test_a_pool_kept_for_waiters_who_do_not_take_it_goes_after_its_hold(svc: Ser
     assert reconcile.reap_idle_pools(svc, clusters_of(svc), waiting) == []
     svc.clock.advance(2)  # type: ignore[attr-defined]
     assert reconcile.reap_idle_pools(svc, clusters_of(svc), waiting) == [POOL]
+
+
+def test_a_pool_a_waiting_task_takes_is_kept_without_reading_the_queues_history(svc: Services) -> None:
+    """Every task's end settles its pool; with tasks waiting, the floor decides alone, and the
+    queue's arrivals and creations (the horizon's queries) are not read at all."""
+    queued(svc, "t2")
+    _finish(svc)
+    assert svc.store.pool("c1", POOL).state is PoolState.IDLE
+    assert not [call for call in svc.store.calls if call[0] == "queue_observations"]  # type: ignore[attr-defined]
+
+
+def test_a_pool_nobody_waits_for_is_kept_only_after_reading_the_queues_history(svc: Services) -> None:
+    arrivals(svc, QUEUE, (30.0,) * 10)
+    _finish(svc)
+    assert svc.store.pool("c1", POOL).state is PoolState.IDLE
+    assert ("queue_observations", frozenset({QUEUE})) in svc.store.calls  # type: ignore[attr-defined]

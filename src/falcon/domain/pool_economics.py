@@ -20,7 +20,7 @@ horizon is a monotone function of its inputs (a float sum could tie or not by ro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from statistics import median_low
@@ -78,9 +78,10 @@ class KeepPolicy(Protocol):
         """How long an idle pool is kept while tasks of its queue wait but none takes it."""
         ...
 
-    def keep_at_release(self, waiting: int, idle: int, horizon: timedelta) -> bool:
+    def keep_at_release(self, waiting: int, idle: int, horizon: Callable[[], timedelta]) -> bool:
         """Keep a just-finished task's pool? waiting = tasks waiting in its queue, idle = pools idle
-        for it already."""
+        for it already; ``horizon`` is asked for only when the answer depends on it (learning it
+        reads the queue's recent history, at every task's end)."""
         ...
 
 
@@ -166,12 +167,12 @@ class CostPolicy:
         longer = max(replacement, _milliseconds_of(self.horizon(observed, mode)))
         return _duration(IDLE_WITH_WAITERS_FACTOR * longer)
 
-    def keep_at_release(self, waiting: int, idle: int, horizon: timedelta) -> bool:
+    def keep_at_release(self, waiting: int, idle: int, horizon: Callable[[], timedelta]) -> bool:
         """The floor, or one spare pool beyond the waiters for the horizon. A second spare would
         wait for the arrival after next, which the horizon does not price: where many tasks of a
         queue run at once, their releases pile up spares that cost more than the creations they
         save."""
-        return keep_pool_after_task(waiting, idle) or (horizon > timedelta(0) and idle == waiting)
+        return keep_pool_after_task(waiting, idle) or (idle == waiting and horizon() > timedelta(0))
 
     def _replacement_ms(self, observed: QueueObservations, mode: ProvisioningMode) -> int:
         """``C``: a creation of the mode, weighted by the start delay it causes, plus a deletion."""
@@ -203,7 +204,7 @@ class DeleteEachPolicy:
     def hold_for_waiters(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
         return timedelta(0)
 
-    def keep_at_release(self, waiting: int, idle: int, horizon: timedelta) -> bool:
+    def keep_at_release(self, waiting: int, idle: int, horizon: Callable[[], timedelta]) -> bool:
         return False
 
 
@@ -219,7 +220,7 @@ class KeepAllPolicy:
     def hold_for_waiters(self, observed: QueueObservations, mode: ProvisioningMode) -> timedelta:
         return FOREVER
 
-    def keep_at_release(self, waiting: int, idle: int, horizon: timedelta) -> bool:
+    def keep_at_release(self, waiting: int, idle: int, horizon: Callable[[], timedelta]) -> bool:
         return True
 
 

@@ -16,6 +16,7 @@ import contextlib
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import timedelta
+from functools import partial
 
 from falcon.domain.errors import BusyError, FalconError, NotFoundError, TemporaryError
 from falcon.domain.events import Stage
@@ -150,8 +151,8 @@ def settle_pool(
     if record is None or record.holder_task_id != task_id:  # settled already, or gone
         return PoolState.DELETING if record is not None and record.state is PoolState.DELETING else None
     idle = store.idle_count(queue)
-    horizon = keep_horizon(services, queue, record.mode)
     takers = store.waiting_count(queue) + store.takers_without_pool().get(queue, 0)
+    horizon = partial(keep_horizon, services, queue, record.mode)
     keep = services.keep_policy.keep_at_release(takers, idle, horizon) or warm_keeps(
         warm_target_of(services, queue).pools, idle
     )
