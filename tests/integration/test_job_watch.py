@@ -3,8 +3,9 @@ through the official client, and ``KubernetesJobs.list_jobs`` answering from it.
 
 We test: the watch is in step after its list and follows a Job created, resumed and deleted; a
 resourceVersion too old to resume from (410 Gone) is listed again; a watch nobody asks for stops;
-``list_jobs`` lists whole before the watch is in step, answers from it after, and still fails
-when the cluster's API does not answer.
+``list_jobs`` lists whole before the watch is in step, answers from it after (without a probe
+while the API server speaks on the watch, after one when it fell silent), and still fails when
+the cluster's API does not answer.
 """
 
 from __future__ import annotations
@@ -149,11 +150,39 @@ def test_list_jobs_answers_from_the_watch_and_still_fails_when_the_cluster_does_
     assert eventually(lambda: answered_from_the_watch(jobs), bool)  # once the watch is in step
 
     jobs.create_job(NAMESPACE, job_manifest("job-b"))
-    whole_lists = lists_made()
+    whole_lists, probes = lists_made(), calls_made("probe_jobs")
     listed = eventually(lambda: by_name(jobs.list_jobs(NAMESPACE, SELECTOR)), lambda j: len(j) == 2)
     assert set(listed) == {"job-a", "job-b"}
     assert lists_made() == whole_lists
+    assert calls_made("probe_jobs") == probes  # a watch request a second: the API server spoke
+
+    inject_fault(emulator, "GET", r"/jobs$", 503, "the API server is overloaded")
+    assert eventually(lambda: fails(lambda: jobs.list_jobs(NAMESPACE, SELECTOR)), bool, seconds=5)
+
+
+def test_a_watch_the_api_server_fell_silent_on_is_answered_after_a_probe(
+    api: k8s.ApiClient, emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A watch request lasting 30 s on Jobs that do not change: nothing is heard on it, so each
+    call asks the API server for one Job before answering, and fails when that is not answered."""
+    monkeypatch.setattr("falcon.adapters.k8s.HEARD_WITHIN_SECONDS", 0.2)
+    jobs = KubernetesJobs(api, 5, watch_seconds=30)
+    jobs.create_job(NAMESPACE, job_manifest("job-a"))
+    assert eventually(lambda: answered_from_the_watch(jobs), bool)
+    time.sleep(0.3)
+
+    probes = calls_made("probe_jobs")
+    assert [j.name for j in jobs.list_jobs(NAMESPACE, SELECTOR)] == ["job-a"]
+    assert calls_made("probe_jobs") == probes + 1
 
     inject_fault(emulator, "GET", r"/jobs$", 503, "the API server is overloaded")
     with pytest.raises(TemporaryError):
         jobs.list_jobs(NAMESPACE, SELECTOR)
+
+
+def fails(call: Callable[[], object]) -> bool:
+    try:
+        call()
+    except TemporaryError:
+        return True
+    return False

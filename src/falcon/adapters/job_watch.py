@@ -5,8 +5,10 @@ and the dispatcher's process a parse of every Job (at a thousand Jobs, most of a
 a watch sends only what changed. The cache is answered only while it is in step: after its list
 and while its watch stands. Whenever it is not (starting, relisting after a 410 Gone, the
 cluster's API in trouble), ``jobs`` answers None and the caller lists the Jobs itself, so that a
-cluster that does not answer is still seen not to answer. A watch that failed says why once,
-to the next caller (``untold_failure``), which logs it.
+cluster that does not answer is still seen not to answer. The watch also tells when the API
+server last spoke on it (its list, a watch request answered, an event or a bookmark): a caller
+asks it for ``jobs`` heard within a moment instead of asking the API server whether it answers.
+A watch that failed says why once, to the next caller (``untold_failure``), which logs it.
 
 Each watch request lasts ``watch_seconds`` (the API server ends it; the client's read timeout
 is a little longer, never forever on a dead connection), then resumes from the last
@@ -17,6 +19,7 @@ a process that lists Jobs once (a test, a CLI) leaves no thread behind for long.
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -53,6 +56,7 @@ class JobWatch:
         self._lock = threading.Lock()
         self._jobs: dict[str, JobState] = {}
         self._in_step = False
+        self._heard = -math.inf  # monotonic time the API server last answered or sent on the watch
         self._untold: str | None = None
         self._asked = time.monotonic()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"job-watch-{namespace}")
@@ -62,11 +66,13 @@ class JobWatch:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    def jobs(self) -> list[JobState] | None:
-        """Every Job as the watch last saw it; None while the cache is not in step."""
+    def jobs(self, heard_within: float = math.inf) -> list[JobState] | None:
+        """Every Job as the watch last saw it; None while the cache is not in step, or when the
+        API server has sent nothing on the watch for ``heard_within`` seconds."""
         with self._lock:
-            self._asked = time.monotonic()
-            return list(self._jobs.values()) if self._in_step else None
+            self._asked = now = time.monotonic()
+            heard = now - self._heard <= heard_within
+            return list(self._jobs.values()) if self._in_step and heard else None
 
     def untold_failure(self) -> str | None:
         """Why the watch last failed, once per failure: the caller logs it (this thread never does,
@@ -97,6 +103,11 @@ class JobWatch:
             self._in_step = in_step
             if jobs is not None:
                 self._jobs = jobs
+                self._heard = time.monotonic()
+
+    def _hear(self) -> None:
+        with self._lock:
+            self._heard = time.monotonic()
 
     def _list(self) -> str:
         with kubernetes_errors(f"list Jobs in {self._namespace}", "list_jobs_to_watch"):
@@ -116,9 +127,11 @@ class JobWatch:
         for kind, obj in self._events(version):
             version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
             if kind == "BOOKMARK":
+                self._hear()
                 continue
             job = self._parse(obj)
             with self._lock:
+                self._heard = time.monotonic()
                 if kind == "DELETED":
                     self._jobs.pop(job.name, None)
                 else:
@@ -141,6 +154,7 @@ class JobWatch:
             if exc.status == 410:
                 raise ResourceVersionGone(version) from exc
             raise
+        self._hear()
         try:
             for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
                 if not line.strip():
