@@ -592,6 +592,23 @@ def test_cluster_locked_commits_together_and_rolls_back_as_a_whole(
     assert store.snapshot(0, with_book=True).last_actors == {}
 
 
+def test_together_reads_and_writes_in_one_transaction_undone_as_a_whole(
+    store: TaskStore, upstream: Upstream
+) -> None:
+    upstream.insert("t1")
+    with store.together() as one:
+        assert one.queue_task("t1", Q, T0)
+        assert one.waiting_count(Q) == 1  # its own writes are visible inside
+    assert progress(store, "t1") == Progress("t1", Phase.WAITING, Q)
+    before = store.task("t1")
+
+    with pytest.raises(RuntimeError, match="decided wrong"), store.together() as one:
+        assert one.start_acquiring("t1", Q, "alice", "lease-1", "picked", T1) == 1
+        raise RuntimeError("decided wrong")
+    assert store.task("t1") == before
+    assert progress(store, "t1") == Progress("t1", Phase.WAITING, Q)
+
+
 def test_cluster_locked_writes_stay_invisible_outside_until_the_block_ends(
     store: TaskStore, upstream: Upstream
 ) -> None:

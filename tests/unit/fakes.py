@@ -161,6 +161,12 @@ class MemoryTaskStore:
             current.update(old)
 
     @contextmanager
+    def together(self) -> Iterator[MemoryTaskStore]:
+        """One transaction: the block's calls, nested in it, are undone together if it raises."""
+        with self._tx():
+            yield self
+
+    @contextmanager
     def cluster_locked(self, cluster_id: str) -> Iterator[MemoryTaskStore]:
         """One transaction: the block writes to a copy, which replaces this store's state only
         when the block ends without raising; until then readers of this store see none of it."""

@@ -33,8 +33,10 @@ class Clock(Protocol):
 class TaskStore(Protocol):
     """Falcon's state in the database: the upstream ``job`` rows, progress, pools, rotation.
 
-    Each method is one transaction, except inside ``cluster_locked``: the store it yields runs
-    every call in one transaction that holds the cluster's row lock until it ends. Writes to a
+    Each method is one transaction, except inside ``together`` and ``cluster_locked``: the store
+    they yield runs every call in one transaction (a round trip and a commit fewer a call, where a
+    round makes a few in a row for each task that ends), which under ``cluster_locked`` holds the
+    cluster's row lock until it ends. Writes to a
     job row are compare-and-set on its status (upstream may set Aborting at any moment) and
     report whether they moved it; every status and phase they write is checked against the
     state machines first."""
@@ -109,6 +111,8 @@ class TaskStore(Protocol):
         now: datetime,
         released_inline: bool = False,
     ) -> bool: ...
+
+    def together(self) -> AbstractContextManager[TaskStore]: ...
 
     # -- node-pool writes
     def cluster_locked(self, cluster_id: str) -> AbstractContextManager[TaskStore]: ...

@@ -50,15 +50,16 @@ def record_outcome(
 
     ``released_inline``: the acquiring run releases the task itself, so it is recorded as the
     release run too and the dispatcher starts no second one while it is alive."""
-    task, _, progress = services.store.task_view_rows(task_id)  # where it was, for the move's report
-    moved = services.store.start_releasing(
-        task_id,
-        outcome,
-        from_phases,
-        services.say(MessageKey.RELEASING),
-        services.clock.now(),
-        released_inline=released_inline,
-    )
+    with services.store.together() as store:
+        task, _, progress = store.task_view_rows(task_id)  # where it was, for the move's report
+        moved = store.start_releasing(
+            task_id,
+            outcome,
+            from_phases,
+            services.say(MessageKey.RELEASING),
+            services.clock.now(),
+            released_inline=released_inline,
+        )
     if moved and task is not None:
         source = stage_of(task, progress.phase if progress else None)
         tell_moved(services, task, source, Stage.RELEASING, outcome)
@@ -88,7 +89,7 @@ def release(services: Services, task_id: str, pool_settled: bool = False) -> Out
     if pool_error:
         text = services.say(MessageKey.NODE_POOL_DELETE_FAILED, message=outcome.message, detail=pool_error)
         outcome = outcome.with_message(text)
-    return write_outcome(services, task_id, outcome)
+    return write_outcome(services, task_id, outcome, task)
 
 
 def _held_pool(services: Services, cluster: Cluster, task_id: str) -> str | None:
@@ -147,11 +148,12 @@ def settle_pool(
     deleted only when neither a waiting task nor the warm target keeps it. Settling again is
     harmless: a pool kept or handed on is no longer the task's, one marked stays marked."""
     store = services.store
-    record = store.pool(cluster.id, pool)
-    if record is None or record.holder_task_id != task_id:  # settled already, or gone
-        return PoolState.DELETING if record is not None and record.state is PoolState.DELETING else None
-    idle = store.idle_count(queue)
-    takers = store.waiting_count(queue) + store.takers_without_pool().get(queue, 0)
+    with store.together() as reading:
+        record = reading.pool(cluster.id, pool)
+        if record is None or record.holder_task_id != task_id:  # settled already, or gone
+            return PoolState.DELETING if record is not None and record.state is PoolState.DELETING else None
+        idle = reading.idle_count(queue)
+        takers = reading.waiting_count(queue) + reading.takers_without_pool().get(queue, 0)
     horizon = partial(keep_horizon, services, queue, record.mode)
     keep = services.keep_policy.keep_at_release(takers, idle, horizon) or warm_keeps(
         warm_target_of(services, queue).pools, idle
@@ -261,22 +263,29 @@ def delete_pool(services: Services, cluster: Cluster, pool: str) -> str | None:
     return last_error
 
 
-def write_outcome(services: Services, task_id: str, outcome: Outcome) -> Outcome:
-    """Terminal status, compare-and-set: an abort that arrived meanwhile wins as Aborted."""
-    store, now, abort = services.store, services.clock.now(), aborted(services.say)
-    if store.finish(task_id, abort, [Status.ABORTING], now):
-        _tell_done(services, task_id, abort)
-        return abort
-    # Succeeded only ever follows Running; a failure may end a task still Pending.
-    expect = [Status.RUNNING] if outcome.status is Status.SUCCEEDED else [Status.PENDING, Status.RUNNING]
-    if not store.finish(task_id, outcome, expect, now):
+def write_outcome(services: Services, task_id: str, outcome: Outcome, task: Task | None = None) -> Outcome:
+    """Terminal status, compare-and-set: an abort that arrived meanwhile wins as Aborted.
+
+    ``task``: the row as the caller read it during the release, for the move's report (its
+    queue and times do not change once it releases); read here when not given."""
+    store, now = services.store, services.clock.now()
+    expect = _ends_from(outcome.status)
+    ended = outcome if expect and store.finish(task_id, outcome, expect, now) else None
+    if ended is None and store.finish(task_id, abort := aborted(services.say), [Status.ABORTING], now):
+        ended = abort
+    if ended is None:
         store.mark_done(task_id, now)  # the row was terminal already: only the progress row is behind
         return outcome
-    _tell_done(services, task_id, outcome)
-    return outcome
-
-
-def _tell_done(services: Services, task_id: str, outcome: Outcome) -> None:
-    task = services.store.task(task_id)
+    task = task or store.task(task_id)
     if task is not None:
-        tell_moved(services, task, Stage.RELEASING, Stage.DONE, outcome)
+        tell_moved(services, task, Stage.RELEASING, Stage.DONE, ended)
+    return ended
+
+
+def _ends_from(status: Status) -> list[Status]:
+    """The statuses a task ends in ``status`` from, besides Aborting (which always ends Aborted):
+    Succeeded only ever follows Running, a failure may end a task still Pending, and Aborted
+    follows only Aborting."""
+    if status is Status.SUCCEEDED:
+        return [Status.RUNNING]
+    return [] if status is Status.ABORTED else [Status.PENDING, Status.RUNNING]

@@ -33,6 +33,11 @@ class SqlTaskStore:
                 yield session
 
     @contextmanager
+    def together(self) -> Iterator[SqlTaskStore]:
+        with self._tx() as session:
+            yield self if self._session is not None else SqlTaskStore(self._url, session)
+
+    @contextmanager
     def cluster_locked(self, cluster_id: str) -> Iterator[SqlTaskStore]:
         with session_scope(self._url) as session:
             repo.lock_cluster(session, cluster_id)
