@@ -187,9 +187,8 @@ def test_running_tasks_are_the_phase_running_ones_with_their_rows(
     assert store.mark_running("runs", "running", T1)
     acquiring(store, upstream, "acquires")
     queued(store, upstream, "waits")
-    [(prog, task)] = store.running_tasks()
-    assert prog == Progress("runs", Phase.RUNNING, Q, None, 1)
-    assert task == RunningTask.of(row(store, "runs"))  # the columns following a Job needs, as read
+    [task] = store.running_tasks()
+    assert task == RunningTask.of(row(store, "runs"), Q)  # the columns following a Job needs, as read
     assert (task.id, task.status, task.k8s_job_name, task.dispatched_at) == (
         "runs",
         Status.RUNNING,

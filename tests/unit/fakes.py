@@ -300,9 +300,9 @@ class MemoryTaskStore:
     def progress_in(self, phases: Sequence[Phase]) -> list[Progress]:
         return [p for p in self.progress.values() if p.phase in phases]
 
-    def running_tasks(self) -> list[tuple[Progress, RunningTask]]:
+    def running_tasks(self) -> list[RunningTask]:
         return [
-            (p, RunningTask.of(self.rows[p.task_id]))
+            RunningTask.of(self.rows[p.task_id], p.queue)
             for p in self.progress.values()
             if p.phase is Phase.RUNNING and p.task_id in self.rows
         ]

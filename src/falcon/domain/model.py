@@ -312,18 +312,20 @@ class Task:
 
 @dataclass(frozen=True)
 class RunningTask:
-    """What following a running task's Job needs of its row. The reconcile round reads every
-    running row each second; their spec and Message, most of a row's bytes, stay unread."""
+    """What following a running task's Job needs of its row and its progress (the queue it runs
+    in). The reconcile round reads every running row each second; their spec and Message, most
+    of a row's bytes, and the rest of their progress stay unread."""
 
     id: str
     status: Status
     k8s_job_name: str | None
     dispatched_at: datetime | None
     timeout_seconds: int | None
+    queue: QueueKey | None
 
     @classmethod
-    def of(cls, task: Task) -> RunningTask:
-        return cls(task.id, task.status, task.k8s_job_name, task.dispatched_at, task.timeout_seconds)
+    def of(cls, task: Task, queue: QueueKey | None) -> RunningTask:
+        return cls(task.id, task.status, task.k8s_job_name, task.dispatched_at, task.timeout_seconds, queue)
 
 
 class ProvisioningMode(StrEnum):

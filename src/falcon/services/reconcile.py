@@ -79,10 +79,9 @@ def follow_running(services: Services, clusters: Clusters, waited_for: Set[str] 
     out, was aborted or has pods that can never start moves to releasing. A Job that ended by
     itself has its pool settled at once (``offer_freed_pool``); when the pool was kept, the task
     is ``offered``, for ``finish_offered`` to end."""
-    by_cluster: dict[str, list[tuple[Progress, RunningTask]]] = {cluster_id: [] for cluster_id in waited_for}
-    for progress, task in services.store.running_tasks():
-        cluster_id = progress.queue.cluster_id if progress.queue else ""
-        by_cluster.setdefault(cluster_id, []).append((progress, task))
+    by_cluster: dict[str, list[RunningTask]] = {cluster_id: [] for cluster_id in waited_for}
+    for task in services.store.running_tasks():
+        by_cluster.setdefault(task.queue.cluster_id if task.queue else "", []).append(task)
     followed = Followed([], {})
     for cluster_id, tasks in by_cluster.items():
         cluster = clusters.get(cluster_id)
@@ -102,14 +101,14 @@ def follow_running(services: Services, clusters: Clusters, waited_for: Set[str] 
 def _follow_cluster(
     services: Services,
     cluster: Cluster,
-    tasks: list[tuple[Progress, RunningTask]],
+    tasks: list[RunningTask],
     jobs: dict[str, JobState],
     followed: Followed,
 ) -> None:
     blocked = _start_failures(
-        services, cluster, [jobs[t.k8s_job_name] for _, t in tasks if t.k8s_job_name in jobs]
+        services, cluster, [jobs[t.k8s_job_name] for t in tasks if t.k8s_job_name in jobs]
     )
-    for progress, task in tasks:
+    for task in tasks:
         job = jobs.get(task.k8s_job_name or "")
         if job is None and task.status is not Status.ABORTING:
             try:
@@ -121,7 +120,7 @@ def _follow_cluster(
             continue
         followed.ended.append(task.id)
         pods_done = job is not None and job.finished and job.active == 0
-        queue = progress.queue
+        queue = task.queue
         if pods_done and queue and offer_freed_pool(services, cluster, task.id, queue, outcome):
             followed.offered.append(task.id)
 

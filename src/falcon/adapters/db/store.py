@@ -80,7 +80,7 @@ class SqlTaskStore:
         with self._tx() as s:
             return repo.progress_in(s, phases)
 
-    def running_tasks(self) -> list[tuple[Progress, RunningTask]]:
+    def running_tasks(self) -> list[RunningTask]:
         with self._tx() as s:
             return repo.running_tasks(s)
 
