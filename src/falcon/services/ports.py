@@ -36,10 +36,9 @@ class TaskStore(Protocol):
     Each method is one transaction, except inside ``together`` and ``cluster_locked``: the store
     they yield runs every call in one transaction (a round trip and a commit fewer a call, where a
     round makes a few in a row for each task that ends), which under ``cluster_locked`` holds the
-    cluster's row lock until it ends. Writes to a
-    job row are compare-and-set on its status (upstream may set Aborting at any moment) and
-    report whether they moved it; every status and phase they write is checked against the
-    state machines first."""
+    cluster's row lock until it ends. Writes to a job row are compare-and-set on its status
+    (upstream may set Aborting at any moment) and report whether they moved it; every status and
+    phase they write is checked against the state machines first."""
 
     # -- reads
     def snapshot(self, intake_batch: int, with_book: bool, with_counts: bool = False) -> Snapshot:
