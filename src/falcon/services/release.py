@@ -184,9 +184,9 @@ def observed(services: Services, queues: Collection[QueueKey]) -> dict[QueueKey,
     """What each queue's recent arrivals, pool creations and deletions say, with the fleet's gaps,
     for the keeping policy: read together (a reconcile round asks for every queue with an idle
     pool at once)."""
-    store = services.store
-    fleet = store.fleet_gaps(OBSERVED_FLEET_ARRIVALS)
-    own = store.queue_observations(queues, OBSERVED_GAPS, OBSERVED_CREATIONS)
+    with services.store.together() as store:
+        fleet = store.fleet_gaps(OBSERVED_FLEET_ARRIVALS)
+        own = store.queue_observations(queues, OBSERVED_GAPS, OBSERVED_CREATIONS)
     return {queue: replace(seen, fleet_gaps=fleet) for queue, seen in own.items()}
 
 
