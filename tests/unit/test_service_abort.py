@@ -252,7 +252,7 @@ def test_abort_during_release_turns_the_outcome_into_aborted(svc: Services) -> N
     assert reconcile.follow_running(svc, clusters_of(svc)).ended == ["t1"]
     assert svc.store.progress["t1"].outcome == succeeded(svc.say)
     svc.store.request_abort("t1")  # the row is still Running: upstream may abort it
-    assert write_outcome(svc, "t1", succeeded(svc.say)).status is Status.ABORTED
+    assert write_outcome(svc, svc.store.task("t1"), succeeded(svc.say)).status is Status.ABORTED
     assert_aborted(svc, "t1")
 
 

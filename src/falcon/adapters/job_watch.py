@@ -127,11 +127,9 @@ class JobWatch:
         for kind, obj in self._events(version):
             version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
             if kind == "BOOKMARK":
-                self._hear()
                 continue
             job = self._parse(obj)
             with self._lock:
-                self._heard = time.monotonic()
                 if kind == "DELETED":
                     self._jobs.pop(job.name, None)
                 else:
@@ -154,9 +152,10 @@ class JobWatch:
             if exc.status == 410:
                 raise ResourceVersionGone(version) from exc
             raise
-        self._hear()
+        self._hear()  # the request was answered
         try:
             for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
+                self._hear()  # an event, a bookmark or a keep-alive
                 if not line.strip():
                     continue
                 event = json.loads(line)

@@ -89,7 +89,7 @@ def release(services: Services, task_id: str, pool_settled: bool = False) -> Out
     if pool_error:
         text = services.say(MessageKey.NODE_POOL_DELETE_FAILED, message=outcome.message, detail=pool_error)
         outcome = outcome.with_message(text)
-    return write_outcome(services, task_id, outcome, task)
+    return write_outcome(services, task, outcome)
 
 
 def _held_pool(services: Services, cluster: Cluster, task_id: str) -> str | None:
@@ -263,12 +263,12 @@ def delete_pool(services: Services, cluster: Cluster, pool: str) -> str | None:
     return last_error
 
 
-def write_outcome(services: Services, task_id: str, outcome: Outcome, task: Task | None = None) -> Outcome:
+def write_outcome(services: Services, task: Task, outcome: Outcome) -> Outcome:
     """Terminal status, compare-and-set: an abort that arrived meanwhile wins as Aborted.
 
-    ``task``: the row as the caller read it during the release, for the move's report (its
-    queue and times do not change once it releases); read here when not given."""
-    store, now = services.store, services.clock.now()
+    ``task``: the row as the release read it, for the move's report (its queue and times do not
+    change once it releases)."""
+    store, now, task_id = services.store, services.clock.now(), task.id
     expect = _ends_from(outcome.status)
     ended = outcome if expect and store.finish(task_id, outcome, expect, now) else None
     if ended is None and store.finish(task_id, abort := aborted(services.say), [Status.ABORTING], now):
@@ -276,9 +276,7 @@ def write_outcome(services: Services, task_id: str, outcome: Outcome, task: Task
     if ended is None:
         store.mark_done(task_id, now)  # the row was terminal already: only the progress row is behind
         return outcome
-    task = task or store.task(task_id)
-    if task is not None:
-        tell_moved(services, task, Stage.RELEASING, Stage.DONE, ended)
+    tell_moved(services, task, Stage.RELEASING, Stage.DONE, ended)
     return ended
 
 
