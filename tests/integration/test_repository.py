@@ -71,7 +71,7 @@ def test_waiting_tasks_are_grouped_by_queue_and_messages_land_only_on_waiting_ro
         repo.request_abort(s, "t2", T0)  # upstream, meanwhile
     with session_scope(db_url) as s:
         assert [(r.queue, r.task.task_id) for r in repo.waiting_rows(s)] == [(queue, "t0"), (queue, "t1")]
-        assert repo.waiting_count(s, queue) == 2
+        assert repo.waiting_count(s, queue, 3) == 2
         repo.set_messages(s, {"t0": "m0", "t1": "m1", "t2": "not for an aborting row"}, T0)
     with session_scope(db_url) as s:
         rows = {r.task.task_id: r.message for r in repo.waiting_rows(s)}

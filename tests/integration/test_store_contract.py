@@ -219,7 +219,8 @@ def test_waiting_and_idle_counts_are_per_queue(store: TaskStore, upstream: Upstr
     idle_pool(store, "p2", T1)
     idle_pool(store, "p3", T1, queue=Q2)
     store.write_ahead_pool(pool("p4", "acq", PoolState.IN_USE), T0)
-    assert (store.waiting_count(Q), store.waiting_count(Q2)) == (2, 1)
+    assert (store.waiting_count(Q, 5), store.waiting_count(Q2, 5)) == (2, 1)
+    assert (store.waiting_count(Q, 1), store.waiting_count(Q2, 1)) == (1, 1), "counted up to"
     assert (store.idle_count(Q), store.idle_count(Q2)) == (2, 1)
 
 
@@ -597,7 +598,7 @@ def test_together_reads_and_writes_in_one_transaction_undone_as_a_whole(
     upstream.insert("t1")
     with store.together() as one:
         assert one.queue_task("t1", Q, T0)
-        assert one.waiting_count(Q) == 1  # its own writes are visible inside
+        assert one.waiting_count(Q, 5) == 1  # its own writes are visible inside
     assert progress(store, "t1") == Progress("t1", Phase.WAITING, Q)
     before = store.task("t1")
 

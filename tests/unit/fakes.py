@@ -307,8 +307,8 @@ class MemoryTaskStore:
             if p.phase is Phase.RUNNING and p.task_id in self.rows
         ]
 
-    def waiting_count(self, queue: QueueKey) -> int:
-        return sum(1 for row in self._waiting_rows() if row.queue == queue)
+    def waiting_count(self, queue: QueueKey, up_to: int) -> int:
+        return min(up_to, sum(1 for row in self._waiting_rows() if row.queue == queue))
 
     def takers_without_pool(self) -> dict[QueueKey, int]:
         ready = {p.holder_task_id for p in self.pools.values() if p.state is PoolState.IN_USE}
@@ -1372,18 +1372,22 @@ def cluster(
     )
 
 
-def queued(svc: Services, task_id: str, topology: str = "2x2", **row: Any) -> QueueKey:
-    """A row taken in: Pending/Waiting in its cluster's queue (the first registered cluster)."""
+def queued(
+    svc: Services, task_id: str, topology: str = "2x2", *, cluster_id: str | None = None, **row: Any
+) -> QueueKey:
+    """A row taken in: Pending/Waiting in its cluster's queue (default the first registered one)."""
     store: Any = svc.store
     store.insert_task(task_id, spec=spec_for(topology), **row)
-    queue = QueueKey(store.clusters()[0].id, topology)
+    queue = QueueKey(cluster_id or store.clusters()[0].id, topology)
     assert store.queue_task(task_id, queue, svc.clock.now())
     return queue
 
 
-def acquiring(svc: Services, task_id: str, topology: str = "2x2", **row: Any) -> TaskView:
+def acquiring(
+    svc: Services, task_id: str, topology: str = "2x2", *, cluster_id: str | None = None, **row: Any
+) -> TaskView:
     """A task picked by the dispatcher (holding its queue's slot), as its lifecycle run loads it."""
-    queue = queued(svc, task_id, topology, **row)
+    queue = queued(svc, task_id, topology, cluster_id=cluster_id, **row)
     svc.slots.ensure_limit(queue.slot_name)
     lease = svc.slots.try_acquire(queue.slot_name, 300) or ""
     attempt = svc.store.start_acquiring(
@@ -1394,9 +1398,11 @@ def acquiring(svc: Services, task_id: str, topology: str = "2x2", **row: Any) ->
     return load_view(svc, task_id)
 
 
-def running(svc: Services, task_id: str, topology: str = "2x2", **row: Any) -> TaskView:
+def running(
+    svc: Services, task_id: str, topology: str = "2x2", *, cluster_id: str | None = None, **row: Any
+) -> TaskView:
     """A task taken all the way through acquisition: pool ready, Job submitted, pods Running."""
-    view = acquiring(svc, task_id, topology, **row)
+    view = acquiring(svc, task_id, topology, cluster_id=cluster_id, **row)
     choice = acquisition.provision(svc, view)
     pool = acquisition.wait_pool_ready(svc, view, choice, svc.clock.now())
     job = acquisition.dispatch(svc, view, pool)

@@ -433,6 +433,18 @@ def test_the_floor_always_keeps_and_the_baselines_never_or_always(
     assert KeepAllPolicy().keep_at_release(waiting, idle, kept_for)
 
 
+@PROPERTY
+@given(st.integers(0, 50), st.integers(0, 50), st.integers(0, 10**9))
+def test_takers_beyond_one_more_than_the_idle_pools_never_change_the_answer(
+    takers: int, idle: int, horizon: int
+) -> None:
+    """settle_pool counts the queue's waiting tasks only up to idle + 1."""
+    counted = min(takers, idle + 1)
+    for policy in (POLICY, DeleteEachPolicy(), KeepAllPolicy()):
+        answer = policy.keep_at_release(takers, idle, lambda: timedelta(milliseconds=horizon))
+        assert policy.keep_at_release(counted, idle, lambda: timedelta(milliseconds=horizon)) is answer
+
+
 # --- the reaper with per-pool horizons and warm targets -------------------------------------------
 
 QUEUES = [QueueKey("c1", "2x4"), QueueKey("c1", "4x4"), QueueKey("c2", "2x4")]

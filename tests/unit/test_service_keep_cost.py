@@ -82,6 +82,47 @@ def test_the_reaper_keeps_each_queues_pool_by_that_queues_rhythm_read_for_all_at
     assert _reaped_after(svc, 30) == [node_pool_name_for("t2", "2x4")]
 
 
+def _observations_read(svc: Services) -> int:
+    store = svc.store
+    assert isinstance(store, MemoryTaskStore)
+    return sum(1 for call in store.calls if call[0] == "queue_observations")
+
+
+def test_the_reaper_prices_an_idle_pool_once_per_idle_spell_and_forgets_ended_spells(svc: Services) -> None:
+    arrivals(svc, QUEUE, (30.0,) * 10)
+    _finish(svc)
+    priced: reconcile.PricedSpells = {}
+    before = _observations_read(svc)
+    for _ in range(3):
+        svc.clock.advance(10)  # type: ignore[attr-defined]
+        assert reconcile.reap_idle_pools(svc, clusters_of(svc), {}, priced=priced) == []
+    assert _observations_read(svc) == before + 1, "priced at the first round of its spell only"
+    assert [name for _, name, _ in priced] == [POOL]
+    svc.clock.advance(1)  # type: ignore[attr-defined]
+    assert reconcile.reap_idle_pools(svc, clusters_of(svc), {}, priced=priced) == [POOL], "31 s idle"
+    assert reconcile.reap_idle_pools(svc, clusters_of(svc), {}, priced=priced) == []
+    assert priced == {}, "a spell that ended is forgotten"
+
+
+def test_a_pool_idle_again_is_priced_again_by_what_its_queue_did_since(svc: Services) -> None:
+    arrivals(svc, QUEUE, (30.0,) * 10)
+    _finish(svc)
+    priced: reconcile.PricedSpells = {}
+    assert reconcile.reap_idle_pools(svc, clusters_of(svc), {}, priced=priced) == []
+    svc.clock.advance(5)  # type: ignore[attr-defined]
+    store = svc.store
+    assert isinstance(store, MemoryTaskStore)
+    taken = store.claim_idle_pool(QUEUE, "t2", svc.clock.now())
+    assert taken is not None and taken.name == POOL
+    arrivals(svc, QUEUE, (120.0,) * 10)  # the queue slowed down while the pool was in use
+    assert store.keep_pool("c1", POOL, "t2", svc.clock.now())
+    before = _observations_read(svc)
+    svc.clock.advance(31)  # type: ignore[attr-defined]
+    assert reconcile.reap_idle_pools(svc, clusters_of(svc), {}, priced=priced) == []
+    assert _observations_read(svc) == before + 1
+    assert [spell.keep_for for spell in priced.values()] == [timedelta(seconds=120)]
+
+
 def test_observed_creation_times_replace_the_prior(svc: Services) -> None:
     for n, seconds in enumerate([8.0, 10.0, 40.0]):
         _created(svc, f"falcon-2x2-old{n}", seconds)

@@ -81,7 +81,8 @@ class KeepPolicy(Protocol):
     def keep_at_release(self, waiting: int, idle: int, horizon: Callable[[], timedelta]) -> bool:
         """Keep a just-finished task's pool? waiting = tasks waiting in its queue, idle = pools idle
         for it already; ``horizon`` is asked for only when the answer depends on it (learning it
-        reads the queue's recent history, at every task's end)."""
+        reads the queue's recent history, at every task's end). Any waiting beyond idle + 1 gives
+        the answer idle + 1 gives (the caller counts no further)."""
         ...
 
 

@@ -15,10 +15,12 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
+from typing import TypeVar
 
 from falcon.domain.dispatcher_view import DispatcherView, build_view
 from falcon.domain.events import ResourceView
@@ -37,6 +39,8 @@ from falcon.services.queueing import MessageWrite, Pick, QueueBook, schedule
 from falcon.services.warming import Warmer
 
 logger = logging.getLogger(__name__)
+_Item = TypeVar("_Item")
+_Result = TypeVar("_Result")
 
 # A queue whose slot is held in Prefect while the database says nobody acquires must stay so for
 # this long before the slot is reset: a lifecycle run releases its lease a moment after it
@@ -46,6 +50,7 @@ FIRST_ORPHAN_SCAN_AFTER = 30.0  # seconds after the dispatcher starts
 UNREACHABLE_AFTER = 3  # probes failed in a row (one per reconcile round) before a cluster is held
 SLOW_TICK_SECONDS = 0.5  # a tick or round this long is logged with the time each of its phases took
 FULL_RELOAD_EVERY = 10  # book checks (queue_refresh_seconds apart) between two full reloads
+ROUND_THREADS = 8  # a round follows its clusters, and releases its offered tasks, this many at once
 
 
 @dataclass
@@ -202,6 +207,7 @@ class Dispatcher:
         # waiting for a tick under way (one taking thousands of rows in holds the book for seconds).
         self._waiting_counts: dict[QueueKey, int] = {}
         self._launches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="launch")
+        self._round_work = ThreadPoolExecutor(max_workers=ROUND_THREADS, thread_name_prefix="round")
         settings = services.settings
         self._refresh = Every(settings.queue_refresh_seconds)
         self._checks_since_reload = 0
@@ -218,6 +224,7 @@ class Dispatcher:
         self._unreachable: dict[str, str] = {}  # cluster id -> the Message its waiting tasks show
         self._warmer = Warmer(services)
         self._unlaunched: dict[str, float] = {}  # picks seen with no run recorded yet (supervise_runs)
+        self._priced: reconcile.PricedSpells = {}  # the idle pools as the reaper priced them
         self._next_fire: datetime | None = None  # the next tidal warm-pool fire: reconcile then
         self.on_pool_offered: Callable[[], None] = lambda: None  # the deployed flow nudges its tick loop
         # Each tick's and round's steps, by loop ("tick", "reconcile"): the deployed flow exports them.
@@ -265,6 +272,7 @@ class Dispatcher:
         """Wait for launches under way and the Messages handed over; the dispatcher is not used
         afterwards."""
         self._launches.shutdown(wait=True)
+        self._round_work.shutdown(wait=True)
         if self._messages is not None:
             self._messages.close()
 
@@ -344,12 +352,12 @@ class Dispatcher:
         clusters = {c.id: c for c in svc.store.clusters()}
         waiting = self._waiting_counts
         waited_for = {queue.cluster_id for queue in waiting}
-        followed = reconcile.follow_running(svc, clusters, waited_for)
+        followed = reconcile.follow_running(svc, clusters, waited_for, self._fan_out)
         report.ended, report.offered = followed.ended, followed.offered
         if followed.offered:
             self.on_pool_offered()  # a waiting task may take it: pick now, not at the next tick
         laps.lap("follow")
-        report.released = reconcile.finish_offered(svc, followed.offered)
+        report.released = reconcile.finish_offered(svc, followed.offered, self._fan_out)
         laps.lap("release")
         report.started = reconcile.supervise_runs(svc, self._unlaunched)
         laps.lap("supervise")
@@ -358,7 +366,7 @@ class Dispatcher:
         pools = svc.store.pools_in([PoolState.CREATING, PoolState.IDLE, PoolState.DELETING])
         warm = {queue: target.pools for queue, target in targets.items()}
         takers = Counter(waiting) + Counter(svc.store.takers_without_pool())
-        report.reaped = reconcile.reap_idle_pools(svc, clusters, dict(takers), warm, pools)
+        report.reaped = reconcile.reap_idle_pools(svc, clusters, dict(takers), warm, pools, self._priced)
         laps.lap("reap")
         self._next_fire = next_change(rules, now)
         report.warming = self._warmer.converge(clusters, rules, targets, pools, now)
@@ -374,6 +382,12 @@ class Dispatcher:
         if svc.settings.view_seconds and self._view_timer.due(svc.clock.monotonic()):
             self._show_view(list(clusters.values()))
             laps.lap("view")
+
+    def _fan_out(self, work: Callable[[_Item], _Result], items: Iterable[_Item]) -> Iterator[_Result]:
+        """``reconcile.FanOut`` on the round's threads, each piece in a copy of the round's
+        context (its logs reach the same flow run)."""
+        runs = [partial(contextvars.copy_context().run, work, item) for item in items]
+        return self._round_work.map(lambda run: run(), runs)
 
     def _show_view(self, clusters: list[Cluster]) -> None:
         """The view, to the state gauges (``events.resources_seen``) and to ``publish``; a view

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
+from typing import Protocol, TypeVar
 
 from falcon.domain.errors import FalconError, NotFoundError, TemporaryError
 from falcon.domain.events import Stage
@@ -48,6 +49,17 @@ LAUNCH_GRACE = 5.0  # seconds a pick may go without a recorded run before it is 
 # rest get a release run, so that many Jobs ending together never hold up following the others.
 RELEASE_IN_ROUND_SECONDS = 1.0
 
+_Item = TypeVar("_Item")
+_Result = TypeVar("_Result")
+
+
+class FanOut(Protocol):
+    """How a round runs independent pieces of work (a cluster's Jobs, a task's release): one after
+    another (``map``, the default) or at once (the dispatcher's threads), answered in order. Each
+    piece waits mostly on the database and an API server, so running them at once overlaps waits."""
+
+    def __call__(self, work: Callable[[_Item], _Result], items: Iterable[_Item], /) -> Iterator[_Result]: ...
+
 
 def abort_unstarted(
     services: Services, aborting: list[tuple[Task, Phase | None]], now: datetime
@@ -69,42 +81,40 @@ class Followed:
     ended: list[str]  # running tasks whose Job ended, vanished, timed out or was aborted
     unreachable: dict[str, str]  # cluster id -> why its Kubernetes API did not answer this round
     offered: list[str] = field(default_factory=list)  # ended tasks whose pool was kept for the queue
-    released: list[str] = field(default_factory=list)  # of those, the ones the round finished itself
 
 
-def follow_running(services: Services, clusters: Clusters, waited_for: Set[str] = frozenset()) -> Followed:
+def follow_running(
+    services: Services, clusters: Clusters, waited_for: Set[str] = frozenset(), fan_out: FanOut = map
+) -> Followed:
     """One database read and one Job list per cluster with running tasks or in ``waited_for``
     (clusters tasks wait for: the same list tells whether they answer; the dispatcher's list is
     answered from a watch, ``JobWatch``); every running task whose Job ended, vanished, timed
     out, was aborted or has pods that can never start moves to releasing. A Job that ended by
     itself has its pool settled at once (``offer_freed_pool``); when the pool was kept, the task
-    is ``offered``, for ``finish_offered`` to end."""
+    is ``offered``, for ``finish_offered`` to end. The clusters are followed through ``fan_out``."""
     by_cluster: dict[str, list[RunningTask]] = {cluster_id: [] for cluster_id in waited_for}
     for task in services.store.running_tasks():
         by_cluster.setdefault(task.queue.cluster_id if task.queue else "", []).append(task)
+    work = [(clusters[c], tasks) for c, tasks in by_cluster.items() if c in clusters]
     followed = Followed([], {})
-    for cluster_id, tasks in by_cluster.items():
-        cluster = clusters.get(cluster_id)
-        if cluster is None:
-            continue
-        try:
-            listed = services.jobs(cluster).list_jobs(cluster.namespace, f"managed-by={MANAGED_BY}")
-        except TemporaryError as exc:
-            followed.unreachable[cluster_id] = str(exc)
-            continue  # try again next round
-        except FalconError:
-            continue
-        _follow_cluster(services, cluster, tasks, {j.name: j for j in listed}, followed)
+    for part in fan_out(lambda cluster_tasks: _follow_cluster(services, *cluster_tasks), work):
+        followed.ended.extend(part.ended)
+        followed.unreachable.update(part.unreachable)
+        followed.offered.extend(part.offered)
     return followed
 
 
-def _follow_cluster(
-    services: Services,
-    cluster: Cluster,
-    tasks: list[RunningTask],
-    jobs: dict[str, JobState],
-    followed: Followed,
-) -> None:
+def _follow_cluster(services: Services, cluster: Cluster, tasks: list[RunningTask]) -> Followed:
+    """One cluster's part of ``follow_running``."""
+    followed = Followed([], {})
+    try:
+        listed = services.jobs(cluster).list_jobs(cluster.namespace, f"managed-by={MANAGED_BY}")
+    except TemporaryError as exc:
+        followed.unreachable[cluster.id] = str(exc)
+        return followed  # try again next round
+    except FalconError:
+        return followed
+    jobs = {j.name: j for j in listed}
     blocked = _start_failures(
         services, cluster, [jobs[t.k8s_job_name] for t in tasks if t.k8s_job_name in jobs]
     )
@@ -123,6 +133,7 @@ def _follow_cluster(
         queue = task.queue
         if pods_done and queue and offer_freed_pool(services, cluster, task.id, queue, outcome):
             followed.offered.append(task.id)
+    return followed
 
 
 def _looked_up(services: Services, cluster: Cluster, task: RunningTask) -> JobState | None:
@@ -136,11 +147,15 @@ def _looked_up(services: Services, cluster: Cluster, task: RunningTask) -> JobSt
         return None
 
 
-def finish_offered(services: Services, offered: Sequence[str]) -> list[str]:
-    """End the tasks whose pool a round kept, for RELEASE_IN_ROUND_SECONDS at most (the rest get
-    a release run from supervise_runs); the ones ended."""
+def finish_offered(services: Services, offered: Sequence[str], fan_out: FanOut = map) -> list[str]:
+    """End the tasks whose pool a round kept, through ``fan_out``, those started within
+    RELEASE_IN_ROUND_SECONDS (the rest get a release run from supervise_runs); the ones ended."""
     until = services.clock.monotonic() + RELEASE_IN_ROUND_SECONDS
-    return [t for t in offered if services.clock.monotonic() < until and _release_now(services, t)]
+
+    def finish(task_id: str) -> bool:
+        return services.clock.monotonic() < until and _release_now(services, task_id)
+
+    return [task_id for task_id, ended in zip(offered, fan_out(finish, offered), strict=True) if ended]
 
 
 def _release_now(services: Services, task_id: str) -> bool:
@@ -254,24 +269,29 @@ def _restart_acquire(services: Services, p: Progress) -> None:
     store.set_acquire_run(p.task_id, run, services.clock.now())
 
 
+# An idle pool's idle spell (cluster id, name, idle since), and the pool as the reaper priced it.
+PricedSpells = dict[tuple[str, str, datetime | None], IdlePool]
+
+
 def reap_idle_pools(
     services: Services,
     clusters: Clusters,
     waiting: dict[QueueKey, int],
     warm: Mapping[QueueKey, int] | None = None,
     pools: Sequence[NodePool] | None = None,
+    priced: PricedSpells | None = None,
 ) -> list[str]:
     """Delete idle pools kept longer than the keeping policy finds them worth for their queue
     (design §5: never kept forever), but never below a queue's tidal ``warm`` target; confirm
     the deletions asked for.
 
-    ``pools``: the idle and deleting pools, when the caller has read them already."""
+    ``pools``: the idle and deleting pools, when the caller has read them already. ``priced``:
+    the idle spells priced by earlier rounds (the caller keeps it across rounds; this updates
+    it), each priced once (``_priced``)."""
     now = services.clock.now()
     if pools is None:
         pools = services.store.pools_in([PoolState.IDLE, PoolState.DELETING])
-    idle_pools = [p for p in pools if p.state is PoolState.IDLE]
-    seen = observed(services, {QueueKey(p.cluster_id, p.topology) for p in idle_pools}) if idle_pools else {}
-    idle = [_idle(services, p, now, seen[QueueKey(p.cluster_id, p.topology)]) for p in idle_pools]
+    idle = _priced(services, [p for p in pools if p.state is PoolState.IDLE], now, priced)
     reaped = []
     for pool in expired_idle_pools(idle, waiting, now, warm):
         if services.store.start_deleting_pool(pool.cluster_id, pool.name, None, now):
@@ -283,16 +303,40 @@ def reap_idle_pools(
     return reaped
 
 
-def _idle(services: Services, pool: NodePool, now: datetime, seen: QueueObservations) -> IdlePool:
+def _priced(
+    services: Services, idle_pools: list[NodePool], now: datetime, priced: PricedSpells | None
+) -> list[IdlePool]:
+    """The idle pools with how long their queue's history makes them worth keeping, priced once
+    per idle spell: while a pool is idle no task of its queue arrives without taking it, so what
+    the price weighs (the queue's arrivals; its creation times, and the fleet's gaps, which move
+    a horizon of minutes little) stays as it was. Pricing every idle pool at every round was the
+    round's heaviest read (the queues' history, a statement per kind)."""
+    known = priced if priced is not None else {}
+    new = [p for p in idle_pools if _spell(p) not in known]
+    seen = observed(services, {QueueKey(p.cluster_id, p.topology) for p in new}) if new else {}
+    current = {_spell(p): known.get(_spell(p)) or _idle(services, p, now, seen) for p in idle_pools}
+    if priced is not None:
+        priced.clear()
+        priced.update(current)
+    return list(current.values())
+
+
+def _spell(pool: NodePool) -> tuple[str, str, datetime | None]:
+    return pool.cluster_id, pool.name, pool.idle_since
+
+
+def _idle(
+    services: Services, pool: NodePool, now: datetime, seen: Mapping[QueueKey, QueueObservations]
+) -> IdlePool:
     """An idle pool with how long what its queue was ``seen`` doing makes it worth keeping."""
-    policy = services.keep_policy
+    policy, queue_seen = services.keep_policy, seen[QueueKey(pool.cluster_id, pool.topology)]
     return IdlePool(
         pool.cluster_id,
         pool.name,
         pool.topology,
         pool.idle_since or now,
-        keep_for=policy.horizon(seen, pool.mode),
-        hold_for=policy.hold_for_waiters(seen, pool.mode),
+        keep_for=policy.horizon(queue_seen, pool.mode),
+        hold_for=policy.hold_for_waiters(queue_seen, pool.mode),
     )
 
 

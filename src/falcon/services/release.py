@@ -152,8 +152,8 @@ def settle_pool(
         record = reading.pool(cluster.id, pool)
         if record is None or record.holder_task_id != task_id:  # settled already, or gone
             return PoolState.DELETING if record is not None and record.state is PoolState.DELETING else None
-        idle = reading.idle_count(queue)
-        takers = reading.waiting_count(queue) + reading.takers_without_pool().get(queue, 0)
+        idle = reading.idle_count(queue)  # the rule compares takers with it: more than idle + 1 is as many
+        takers = reading.waiting_count(queue, idle + 1) + reading.takers_without_pool().get(queue, 0)
     horizon = partial(keep_horizon, services, queue, record.mode)
     keep = services.keep_policy.keep_at_release(takers, idle, horizon) or warm_keeps(
         warm_target_of(services, queue).pools, idle

@@ -711,15 +711,18 @@ def waiting_rows(session: Session) -> list[WaitingRow]:
     ]
 
 
-def waiting_count(session: Session, queue: QueueKey) -> int:
-    """Tasks waiting in one queue: what keep-or-delete asks when a task ends."""
-    query = (
-        sa.select(sa.func.count())
-        .select_from(TaskProgressRow)
+def waiting_count(session: Session, queue: QueueKey, up_to: int) -> int:
+    """Tasks waiting in one queue, counted up to ``up_to``: what keep-or-delete asks when a task
+    ends, which only needs to know whether they outnumber the idle pools. Counting a long queue
+    in full read every waiting row (and its job row), at every task's end."""
+    waiting = (
+        sa.select(TaskProgressRow.task_id)
         .join(JobRow, JobRow.id == TaskProgressRow.task_id)
         .where(*_waiting_in(queue))
+        .limit(up_to)
+        .subquery()
     )
-    return int(session.scalar(query) or 0)
+    return int(session.scalar(sa.select(sa.func.count()).select_from(waiting)) or 0)
 
 
 def takers_without_pool(session: Session) -> dict[QueueKey, int]:

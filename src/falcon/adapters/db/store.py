@@ -84,9 +84,9 @@ class SqlTaskStore:
         with self._tx() as s:
             return repo.running_tasks(s)
 
-    def waiting_count(self, queue: QueueKey) -> int:
+    def waiting_count(self, queue: QueueKey, up_to: int) -> int:
         with self._tx() as s:
-            return repo.waiting_count(s, queue)
+            return repo.waiting_count(s, queue, up_to)
 
     def takers_without_pool(self) -> dict[QueueKey, int]:
         with self._tx() as s:
