@@ -32,8 +32,9 @@ Measured:
   split between the processes that map them) and RSS, peak and median over the steady window; CPU
   seconds per wall second over the window and at the busiest sample interval;
 * the dispatcher's tick (intake, aborts, picks, launches) and, apart, its reconcile round (following
-  Jobs, supervising runs, reaping, warming), each a loop of its own:
-  ``falcon_dispatcher_tick_seconds`` and ``falcon_dispatcher_reconcile_seconds``
+  Jobs, supervising runs, reaping, warming) and its housekeeping (orphan sweeps, the view), each a
+  loop of its own: ``falcon_dispatcher_tick_seconds``, ``falcon_dispatcher_reconcile_seconds`` and
+  ``falcon_dispatcher_housekeeping_seconds``
   ``{part="total"|"falcon"|"prefect"|"database"|"cpu"|"runqueue"|"gc"}`` (database: in the task
   store's transactions; cpu: the loop thread's CPU time; runqueue: its wait for a core) scraped
   from its ``/metrics`` at the window's edges;
@@ -84,6 +85,7 @@ from mysql_server import mariadb
 from scale_metrics import (
     DEFERRED_METRIC,
     GC_METRIC,
+    HOUSEKEEPING_METRIC,
     MESSAGES_METRIC,
     RECONCILE_METRIC,
     STEP_METRIC,
@@ -393,8 +395,17 @@ class Sampler(threading.Thread):
         self.join(30)
 
 
-LOOPS = {"tick": TICK_METRIC, "reconcile": RECONCILE_METRIC, "messages": MESSAGES_METRIC}
-ROUND_STEPS = ("follow", "release", "supervise", "reap", "warm", "orphans", "view")
+LOOPS = {
+    "tick": TICK_METRIC,
+    "reconcile": RECONCILE_METRIC,
+    "housekeeping": HOUSEKEEPING_METRIC,
+    "messages": MESSAGES_METRIC,
+}
+# Each loop's steps, by the prefix the report gives them.
+STEPS = {
+    "round": ("reconcile", ("follow", "release", "supervise", "reap", "warm")),
+    "housekeeping": ("housekeeping", ("orphans", "view")),
+}
 
 
 def scrape(port: int) -> Scrape:
@@ -412,11 +423,13 @@ def scrape(port: int) -> Scrape:
         for part, histogram in histograms(answer.text, metric, "part").items()
     }
     collections = histograms(answer.text, GC_METRIC, "generation")
-    steps = histograms(answer.text, STEP_METRIC, "step", where={"loop": "reconcile"})
+    steps = {
+        f"{prefix}/{step}": histogram
+        for prefix, (loop, _) in STEPS.items()
+        for step, histogram in histograms(answer.text, STEP_METRIC, "step", where={"loop": loop}).items()
+    }
     return Scrape(
-        loops
-        | {f"gc/{generation}": histogram for generation, histogram in collections.items()}
-        | {f"round/{step}": histogram for step, histogram in steps.items()},
+        loops | {f"gc/{generation}": histogram for generation, histogram in collections.items()} | steps,
         counter_total(answer.text, DEFERRED_METRIC),
         gauge_value(answer.text, "process_start_time_seconds"),
     )
@@ -537,15 +550,15 @@ def _brief(counts: Counter[str]) -> str:
 
 
 def tick_table(window: dict[str, Histogram]) -> dict[str, Any]:
-    """p50/p99 and the mean of each loop's parts, of the reconcile round's steps (wall time: follow
-    the Jobs, end the tasks whose pool the round kept, ...), and of each generation's garbage
-    collections (a row's "ticks" are then collections), over a window, with the bucket each
-    quantile lies in."""
+    """p50/p99 and the mean of each loop's parts, of the reconcile round's and housekeeping's steps
+    (wall time: follow the Jobs, end the tasks whose pool the round kept, ...), and of each
+    generation's garbage collections (a row's "ticks" are then collections), over a window, with
+    the bucket each quantile lies in."""
     table: dict[str, Any] = {}
     parts = ("total", "falcon", "prefect", "database", "cpu", "runqueue", "gc")
     rows = [
         *(f"{loop}/{part}" for loop in LOOPS for part in parts),
-        *(f"round/{step}" for step in ROUND_STEPS),
+        *(f"{prefix}/{step}" for prefix, (_, steps) in STEPS.items() for step in steps),
         "gc/0",
         "gc/1",
         "gc/2",

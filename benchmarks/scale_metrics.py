@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 TICK_METRIC = "falcon_dispatcher_tick_seconds"
 MESSAGES_METRIC = "falcon_dispatcher_messages_seconds"
 RECONCILE_METRIC = "falcon_dispatcher_reconcile_seconds"  # the loop beside the tick
+HOUSEKEEPING_METRIC = "falcon_dispatcher_housekeeping_seconds"  # the other loop beside it
 STEP_METRIC = "falcon_dispatcher_step_seconds"  # the steps of a tick or round, by loop
 GC_METRIC = "falcon_gc_pause_seconds"  # the dispatcher process's garbage collections, by generation
 DEFERRED_METRIC = "falcon_picks_deferred"  # picks left to the next tick: Prefect answered busy, or not at all

@@ -1,5 +1,6 @@
 """The scheduled dispatcher flow: one run loops for ``run_seconds`` ticking every ``tick_seconds``,
-with its reconcile rounds every ``reconcile_seconds`` in a thread beside the ticks.
+with its reconcile rounds every ``reconcile_seconds`` in a thread beside the ticks, and its
+housekeeping (orphan sweeps, the view) every ``view_seconds`` in another.
 
 Deployed with concurrency 2 (CANCEL_NEW): the next scheduled run starts while this one stops
 (a runner or worker submits it up to 20 s early, and this run's stop takes seconds), and a third
@@ -31,7 +32,14 @@ from falcon.adapters.artifacts import ViewArtifact
 from falcon.adapters.clock import StoppableClock, utc_now
 from falcon.adapters.collector import full_collections_between_ticks
 from falcon.adapters.health import database_check, prefect_check, serving_health
-from falcon.adapters.metrics import GC_PAUSES, MESSAGES_SECONDS, RECONCILE_SECONDS, observe_steps, timed_tick
+from falcon.adapters.metrics import (
+    GC_PAUSES,
+    HOUSEKEEPING_SECONDS,
+    MESSAGES_SECONDS,
+    RECONCILE_SECONDS,
+    observe_steps,
+    timed_tick,
+)
 from falcon.adapters.runs import ThreadLauncher, next_scheduled_start
 from falcon.bootstrap import services, serving
 from falcon.services.context import Services
@@ -67,15 +75,22 @@ def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = No
             log,
             name="reconcile",
         )
+        housekeeping = DispatcherLoop(
+            timed_tick(work.housekeep, HOUSEKEEPING_SECONDS),
+            svc.clock,
+            settings.view_seconds or settings.orphan_scan_seconds,  # each turn then has work due
+            log,
+            name="housekeeping",
+        )
         work.on_pool_offered = ticking.nudge
         work.on_steps = observe_steps
         seconds = until_next_scheduled(run_seconds or settings.dispatcher_run_seconds)
         try:
             with (
                 sigterm_stops(ticking.stop),
-                health_probes(settings, partial(all_live, (ticking, reconciling))),
+                health_probes(settings, partial(all_live, (ticking, reconciling, housekeeping))),
             ):
-                ticks = run_beside(ticking, reconciling, seconds)
+                ticks = run_beside(ticking, (reconciling, housekeeping), seconds)
         finally:
             work.close()  # launches under way finish before the run ends
     return ticks

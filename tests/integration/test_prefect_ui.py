@@ -96,19 +96,19 @@ def test_the_dispatcher_publishes_its_view_as_a_table_artifact_of_its_run(
     dispatcher = Dispatcher(replace(services, launcher=NoRuns(), settings=viewing), publish=ViewArtifact())  # type: ignore[arg-type]
 
     @flow(name="dispatcher-view-test")
-    def picks_then_a_round() -> UUID:
+    def picks_then_housekeeping() -> UUID:
         # A busy Prefect may refuse the slot at one pick (fail-fast); the next pick asks again.
         for _ in range(50):
             dispatcher.pick_tick()
             if phase(db_url, "v1") is Phase.ACQUIRING:
                 break
             time.sleep(0.1)
-        dispatcher.reconcile()  # the round that builds and publishes the view
+        dispatcher.housekeep()  # the turn that builds and publishes the view
         context = FlowRunContext.get()
         assert context is not None and context.flow_run is not None
         return context.flow_run.id
 
-    run_id = picks_then_a_round()
+    run_id = picks_then_housekeeping()
     with get_client(sync_client=True) as client:
         (latest,) = client.read_artifacts(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[VIEW_KEY])),

@@ -185,10 +185,10 @@ def test_the_first_round_publishes_the_view_and_the_next_after_view_seconds() ->
         "res-a: 2 of 8 nodes free",
     )
     svc.clock.advance(5)  # type: ignore[attr-defined]
-    dispatcher.reconcile()
+    dispatcher.housekeep()
     assert len(views) == 1
     svc.clock.advance(5)  # type: ignore[attr-defined]
-    dispatcher.reconcile()
+    dispatcher.housekeep()
     assert len(views) == 2
 
 

@@ -482,7 +482,7 @@ def test_the_loop_beside_turns_meanwhile_and_stops_with_the_main_one() -> None:
 
     main = DispatcherLoop(lambda: turn("main"), clock, 0.02, log, name="tick")
     beside = DispatcherLoop(lambda: turn("beside"), clock, 0.01, log, name="reconcile")
-    assert run_beside(main, beside, 3600) == 5
+    assert run_beside(main, [beside], 3600) == 5
     assert beside.stop.is_set() and turns["beside"] >= 1
     assert not any(t.name == "reconcile" for t in threading.enumerate())
 

@@ -60,16 +60,22 @@ MESSAGES_SECONDS = Histogram(
 )
 RECONCILE_SECONDS = Histogram(
     "falcon_dispatcher_reconcile_seconds",
-    "one reconcile round (follow Jobs, supervise runs, reap, warm, orphans), split as the tick's",
+    "one reconcile round (follow Jobs, supervise runs, reap, warm), split as the tick's",
+    ["part"],
+    buckets=_STEP_BUCKETS,
+)
+HOUSEKEEPING_SECONDS = Histogram(
+    "falcon_dispatcher_housekeeping_seconds",
+    "one turn of the dispatcher's housekeeping (orphan sweeps, the view), split as the tick's",
     ["part"],
     buckets=_STEP_BUCKETS,
 )
 
 STEP_SECONDS = Histogram(
     "falcon_dispatcher_step_seconds",
-    "the steps of a tick (snapshot, intake, schedule, ...) and of a reconcile round (follow: the Job"
-    " lists and outcomes; release: ending the tasks whose pool the round kept; supervise, reap, warm,"
-    " orphans, view), wall time",
+    "the steps of a tick (snapshot, intake, schedule, ...), of a reconcile round (follow: the Job"
+    " lists and outcomes; release: ending the tasks whose pool the round kept; supervise, reap, warm)"
+    " and of housekeeping (orphans, view), wall time",
     ["loop", "step"],
     buckets=_STEP_BUCKETS,
 )

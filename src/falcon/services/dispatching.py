@@ -1,9 +1,11 @@
-"""The dispatcher: a tick (snapshot → intake and aborts → picks → slots → launch) and a reconcile
-round (follow Jobs, supervise runs, reap and warm pools, sweep orphans).
+"""The dispatcher: a tick (snapshot → intake and aborts → picks → slots → launch), a reconcile
+round (follow Jobs, supervise runs, reap and warm pools) and housekeeping (sweep orphans, publish
+the view).
 
-The deployed dispatcher runs the two in loops of their own (``run_beside``), so a round that
-waits on a cluster's API or on building its clients never delays a new row's pickup; ``tick()``
-runs both on one thread, a round when one is due, which is what step-by-step tests drive. A tick
+The deployed dispatcher runs the three in loops of their own (``run_beside``), so a round that
+waits on a cluster's API or on building its clients never delays a new row's pickup, and an
+orphan sweep's GKE lists never delay following the Jobs; ``tick()`` runs all three on one
+thread, a round and housekeeping when a round is due, which is what step-by-step tests drive. A tick
 or a round that fails is logged and the next one starts again from the database and the queue
 book, so the dispatcher never stops on a bad row.
 """
@@ -70,8 +72,8 @@ class Every:
 
 @dataclass
 class Laps:
-    """The time each phase of one tick or round took, on the monotonic clock (for event=slow_tick
-    and event=slow_reconcile)."""
+    """The time each phase of one tick, round or housekeeping turn took, on the monotonic clock
+    (for event=slow_tick, event=slow_reconcile and event=slow_housekeeping)."""
 
     clock: Clock
     thread_cpu: Callable[[], float] = time.thread_time
@@ -227,7 +229,7 @@ class Dispatcher:
         self._priced: reconcile.PricedSpells = {}  # the idle pools as the reaper priced them
         self._next_fire: datetime | None = None  # the next tidal warm-pool fire: reconcile then
         self.on_pool_offered: Callable[[], None] = lambda: None  # the deployed flow nudges its tick loop
-        # Each tick's and round's steps, by loop ("tick", "reconcile"): the deployed flow exports them.
+        # Each turn's steps, by loop ("tick", "reconcile", "housekeeping"): the deployed flow exports them.
         self.on_steps: Callable[[str, Mapping[str, float]], None] = lambda loop, steps: None
 
     def tick(self) -> TickReport:
@@ -237,6 +239,7 @@ class Dispatcher:
         fired = self._next_fire is not None and self.services.clock.now() >= self._next_fire
         if self._reconcile_timer.due(self.services.clock.monotonic(), force=fired):
             self._reconcile(report, laps)
+            self._housekeep(report, laps)
         _log_if_slow("tick", laps)
         return report
 
@@ -252,6 +255,15 @@ class Dispatcher:
         laps, report = Laps(self.services.clock), TickReport()
         self._reconcile(report, laps)
         self._done("reconcile", laps)
+        return report
+
+    def housekeep(self) -> TickReport:
+        """The orphan sweeps and the view, each when its period is over: the deployed dispatcher's
+        third loop, so that listing every cluster's node pools (seconds in GKE) or building the
+        view never holds up following the Jobs and reaping."""
+        laps, report = Laps(self.services.clock), TickReport()
+        self._housekeep(report, laps)
+        self._done("housekeeping", laps)
         return report
 
     def _done(self, loop: str, laps: Laps) -> None:
@@ -372,14 +384,22 @@ class Dispatcher:
         report.warming = self._warmer.converge(clusters, rules, targets, pools, now)
         self._note_reachability(followed.unreachable, clusters)
         laps.lap("warm")
-        if self._orphan_scan.due(svc.clock.monotonic()):
+
+    def _housekeep(self, report: TickReport, laps: Laps) -> None:
+        svc = self.services
+        orphans_due = self._orphan_scan.due(svc.clock.monotonic())
+        view_due = bool(svc.settings.view_seconds) and self._view_timer.due(svc.clock.monotonic())
+        if not (orphans_due or view_due):
+            return
+        clusters = {c.id: c for c in svc.store.clusters()}
+        if orphans_due:
             report.orphans = [
                 *reconcile.delete_orphan_pools(svc, clusters),
                 *reconcile.delete_orphan_jobs(svc, clusters),
                 *reconcile.delete_orphan_services(svc, clusters),
             ]
             laps.lap("orphans")
-        if svc.settings.view_seconds and self._view_timer.due(svc.clock.monotonic()):
+        if view_due:
             self._show_view(list(clusters.values()))
             laps.lap("view")
 
@@ -536,21 +556,27 @@ class DispatcherLoop:
         self.last_tick = self._clock.monotonic()
 
 
-def run_beside(main: DispatcherLoop, beside: DispatcherLoop, run_seconds: float) -> int:
-    """Run ``beside`` in a thread of its own while ``main`` runs here; both end at the deadline,
-    and ``beside`` is stopped (its turn under way finished) as soon as ``main`` ends, a stop
-    included. Returns ``main``'s number of turns. The thread runs in a copy of this one's context,
-    so its logs reach the same flow run."""
-    context = contextvars.copy_context()
-    thread = threading.Thread(
-        target=context.run, args=(beside.run, run_seconds), name=beside.name, daemon=True
-    )
-    thread.start()
+def run_beside(main: DispatcherLoop, beside: Iterable[DispatcherLoop], run_seconds: float) -> int:
+    """Run each loop ``beside`` in a thread of its own while ``main`` runs here; all end at the
+    deadline, and those beside are stopped (their turn under way finished) as soon as ``main``
+    ends, a stop included. Returns ``main``'s number of turns. Each thread runs in a copy of this
+    one's context, so its logs reach the same flow run."""
+    loops = list(beside)
+    threads = [
+        threading.Thread(
+            target=contextvars.copy_context().run, args=(loop.run, run_seconds), name=loop.name, daemon=True
+        )
+        for loop in loops
+    ]
+    for thread in threads:
+        thread.start()
     try:
         return main.run(run_seconds)
     finally:
-        beside.stop.set()
-        thread.join()
+        for loop in loops:
+            loop.stop.set()
+        for thread in threads:
+            thread.join()
 
 
 def all_live(loops: Iterable[DispatcherLoop], bound: float) -> Verdict:

@@ -1,6 +1,7 @@
 """A reconcile round's independent pieces (each cluster's Jobs, each offered task's release) run
 at once on the dispatcher's round threads, in the round's context, and are reported in order;
-releasing in the round keeps to its time budget."""
+releasing in the round keeps to its time budget; orphan sweeps and the view are housekeeping's,
+not the round's."""
 
 from __future__ import annotations
 
@@ -9,7 +10,16 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tests.unit.fakes import FakeClusterJobs, cluster, clusters_of, k8s_of, make_services, queued, running
+from tests.unit.fakes import (
+    FakeClusterJobs,
+    cluster,
+    clusters_of,
+    events_of,
+    k8s_of,
+    make_services,
+    queued,
+    running,
+)
 
 from falcon.domain.lifecycle import Phase
 from falcon.domain.model import k8s_job_name_for
@@ -96,3 +106,27 @@ def test_releasing_in_the_round_starts_no_task_after_its_budget_and_leaves_the_r
     jobs.delete_job = slow_delete  # type: ignore[method-assign]
     assert reconcile.finish_offered(svc, followed.offered) == ["t1", "t2"]  # t2 started at 0.6 s
     assert svc.store.progress["t3"].phase is Phase.RELEASING  # type: ignore[attr-defined]
+
+
+def test_orphan_sweeps_and_the_view_are_housekeepings_each_when_due_never_the_rounds() -> None:
+    svc = make_services(view_seconds=10.0, orphan_scan_seconds=60.0)
+    svc.store.add_cluster(cluster("c1"))  # type: ignore[attr-defined]
+    running(svc, "t-gone")
+    svc.store.rows.pop("t-gone")  # type: ignore[attr-defined]  # the database lost the row: its Job is an orphan
+    views: list[object] = []
+    dispatcher = Dispatcher(svc, publish=views.append)
+    try:
+        svc.clock.advance(60)  # type: ignore[attr-defined]  # past the first scan's delay
+        assert dispatcher.reconcile().orphans == [] and views == []
+        assert k8s_of(svc).jobs, "the round left the orphan"
+        assert dispatcher.housekeep().orphans == [k8s_job_name_for("t-gone")]
+        assert len(views) == 1 and len(events_of(svc).views) == 1
+        running(svc, "t-lost")
+        svc.store.rows.pop("t-lost")  # type: ignore[attr-defined]
+        svc.clock.advance(10)  # type: ignore[attr-defined]
+        assert dispatcher.housekeep().orphans == [], "the next scan is not due yet"
+        assert len(views) == 2
+        svc.clock.advance(50)  # type: ignore[attr-defined]
+        assert dispatcher.housekeep().orphans == [k8s_job_name_for("t-lost")]
+    finally:
+        dispatcher.close()
