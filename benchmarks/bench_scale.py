@@ -403,8 +403,9 @@ LOOPS = {
 }
 # Each loop's steps, by the prefix the report gives them.
 STEPS = {
+    "tick": ("tick", ("snapshot", "intake", "schedule", "launch")),
     "round": ("reconcile", ("follow", "release", "supervise", "reap", "warm")),
-    "housekeeping": ("housekeeping", ("orphans", "view")),
+    "housekeeping": ("housekeeping", ("orphan_pools", "orphan_jobs", "orphan_services", "view")),
 }
 
 

@@ -31,6 +31,7 @@ from prefect.context import FlowRunContext
 from falcon.adapters.artifacts import ViewArtifact
 from falcon.adapters.clock import StoppableClock, utc_now
 from falcon.adapters.collector import full_collections_between_ticks
+from falcon.adapters.console_log import console_beside
 from falcon.adapters.health import database_check, prefect_check, serving_health
 from falcon.adapters.metrics import (
     GC_PAUSES,
@@ -55,7 +56,11 @@ _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | N
 @flow(name="dispatcher")
 def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = None) -> int:
     GC_PAUSES.install()
-    with runs_in_process(services()) as svc, full_collections_between_ticks() as collections:
+    with (
+        console_beside(),
+        runs_in_process(services()) as svc,
+        full_collections_between_ticks() as collections,
+    ):
         settings = svc.settings
         log = get_run_logger()
         messages = MessagesBeside(partial(timed_write, svc.store.set_waiting_messages), log)

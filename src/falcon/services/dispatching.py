@@ -393,12 +393,12 @@ class Dispatcher:
             return
         clusters = {c.id: c for c in svc.store.clusters()}
         if orphans_due:
-            report.orphans = [
-                *reconcile.delete_orphan_pools(svc, clusters),
-                *reconcile.delete_orphan_jobs(svc, clusters),
-                *reconcile.delete_orphan_services(svc, clusters),
-            ]
-            laps.lap("orphans")
+            report.orphans = reconcile.delete_orphan_pools(svc, clusters)
+            laps.lap("orphan_pools")
+            report.orphans += reconcile.delete_orphan_jobs(svc, clusters)
+            laps.lap("orphan_jobs")
+            report.orphans += reconcile.delete_orphan_services(svc, clusters)
+            laps.lap("orphan_services")
         if view_due:
             self._show_view(list(clusters.values()))
             laps.lap("view")
