@@ -468,11 +468,12 @@ def test_liveness_names_the_loop_that_stopped_turning() -> None:
     assert all_live([ticking, reconciling], 15).healthy
 
 
-def test_the_loop_beside_turns_meanwhile_and_stops_with_the_main_one() -> None:
+def test_the_loops_beside_turn_meanwhile_and_stop_with_the_main_one() -> None:
     """Real threads on the real clock: the main loop stops itself at its 5th tick (as SIGTERM
-    would); the loop beside has turned meanwhile and is stopped and joined, long before the
-    hour both were given."""
-    log, clock, turns = logging.getLogger(__name__), SystemClock(), {"main": 0, "beside": 0}
+    would); the loops beside (the round, housekeeping) have turned meanwhile and are stopped and
+    joined, long before the hour they were given."""
+    log, clock = logging.getLogger(__name__), SystemClock()
+    turns = {"main": 0, "reconcile": 0, "housekeeping": 0}
 
     def turn(name: str) -> TickReport:
         turns[name] += 1
@@ -481,10 +482,14 @@ def test_the_loop_beside_turns_meanwhile_and_stops_with_the_main_one() -> None:
         return TickReport()
 
     main = DispatcherLoop(lambda: turn("main"), clock, 0.02, log, name="tick")
-    beside = DispatcherLoop(lambda: turn("beside"), clock, 0.01, log, name="reconcile")
-    assert run_beside(main, [beside], 3600) == 5
-    assert beside.stop.is_set() and turns["beside"] >= 1
-    assert not any(t.name == "reconcile" for t in threading.enumerate())
+    beside = [
+        DispatcherLoop(lambda name=name: turn(name), clock, 0.01, log, name=name)  # type: ignore[misc]
+        for name in ("reconcile", "housekeeping")
+    ]
+    assert run_beside(main, beside, 3600) == 5
+    assert all(loop.stop.is_set() for loop in beside)
+    assert turns["reconcile"] >= 1 and turns["housekeeping"] >= 1
+    assert not any(t.name in ("reconcile", "housekeeping") for t in threading.enumerate())
 
 
 def test_a_nudge_ends_the_wait_for_the_next_tick_at_once() -> None:

@@ -411,7 +411,7 @@ class Dispatcher:
 
     def _show_view(self, clusters: list[Cluster]) -> None:
         """The view, to the state gauges (``events.resources_seen``) and to ``publish``; a view
-        that fails is logged, never more: it is for people, and the round's work is done."""
+        that fails is logged, never more: it is for people."""
         svc = self.services
         if not self._book_lock.acquire(blocking=False):
             return  # a tick holds the book (seconds, when it takes thousands of rows in): next period
