@@ -83,7 +83,7 @@ def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = No
         housekeeping = DispatcherLoop(
             timed_tick(work.housekeep, HOUSEKEEPING_SECONDS),
             svc.clock,
-            settings.view_seconds or settings.orphan_scan_seconds,  # each turn then has work due
+            housekeeping_period(settings),
             log,
             name="housekeeping",
         )
@@ -99,6 +99,14 @@ def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = No
         finally:
             work.close()  # launches under way finish before the run ends
     return ticks
+
+
+def housekeeping_period(settings: Settings) -> float:
+    """How often housekeeping turns: as often as its most frequent work (the view, else the
+    orphan scan) is due, so that a turn mostly has work, and at least twice within the liveness
+    bound, so that a loop that turns seldom is never taken for a wedged one."""
+    periods = [settings.orphan_scan_seconds, settings.liveness_seconds / 2]
+    return min([*periods, settings.view_seconds] if settings.view_seconds else periods)
 
 
 def timed_write(

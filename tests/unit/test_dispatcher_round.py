@@ -10,6 +10,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+from flows.dispatcher import housekeeping_period
 from tests.unit.fakes import (
     FakeClusterJobs,
     cluster,
@@ -17,6 +19,7 @@ from tests.unit.fakes import (
     events_of,
     k8s_of,
     make_services,
+    make_settings,
     queued,
     running,
 )
@@ -25,7 +28,7 @@ from falcon.domain.lifecycle import Phase
 from falcon.domain.model import k8s_job_name_for
 from falcon.services import reconcile
 from falcon.services.context import Services
-from falcon.services.dispatching import Dispatcher
+from falcon.services.dispatching import Dispatcher, TickReport
 
 ROUND_CONTEXT: contextvars.ContextVar[str] = contextvars.ContextVar("round_context", default="none")
 
@@ -57,31 +60,29 @@ def _meet_in(jobs: FakeClusterJobs, method: str, barrier: threading.Barrier, see
     setattr(jobs, method, met)
 
 
-def test_the_round_follows_its_clusters_at_once_in_its_context_and_reports_them_in_order() -> None:
-    svc = _two_clusters_whose_jobs_ended(waiting=False)
+def _round_meeting_in(method: str, waiting: bool) -> tuple[Services, TickReport, list[str]]:
+    """One round of the Dispatcher over two clusters whose Jobs ended, each cluster's ``method``
+    passing only once both run at once; the context each call saw."""
+    svc = _two_clusters_whose_jobs_ended(waiting)
     barrier, seen = threading.Barrier(2, timeout=5), []
     for c in clusters_of(svc).values():
-        _meet_in(svc.jobs(c), "list_jobs", barrier, seen)  # type: ignore[arg-type]
-    dispatcher = Dispatcher(svc)
-    ROUND_CONTEXT.set("the round's")
+        _meet_in(svc.jobs(c), method, barrier, seen)  # type: ignore[arg-type]
+    dispatcher, token = Dispatcher(svc), ROUND_CONTEXT.set("the round's")
     try:
-        report = dispatcher.reconcile()
+        return svc, dispatcher.reconcile(), seen
     finally:
         dispatcher.close()
+        ROUND_CONTEXT.reset(token)
+
+
+def test_the_round_follows_its_clusters_at_once_in_its_context_and_reports_them_in_order() -> None:
+    _, report, seen = _round_meeting_in("list_jobs", waiting=False)
     assert report.ended == ["t1", "t2"]
     assert seen == ["the round's", "the round's"]
 
 
 def test_the_round_releases_the_tasks_whose_pool_it_kept_at_once() -> None:
-    svc = _two_clusters_whose_jobs_ended(waiting=True)
-    barrier, seen = threading.Barrier(2, timeout=5), []
-    for c in clusters_of(svc).values():
-        _meet_in(svc.jobs(c), "delete_job", barrier, seen)  # type: ignore[arg-type]
-    dispatcher = Dispatcher(svc)
-    try:
-        report = dispatcher.reconcile()
-    finally:
-        dispatcher.close()
+    svc, report, _ = _round_meeting_in("delete_job", waiting=True)
     assert report.offered == ["t1", "t2"]
     assert report.released == ["t1", "t2"]
     assert [svc.store.progress[t].phase for t in ("t1", "t2")] == [Phase.DONE, Phase.DONE]  # type: ignore[attr-defined]
@@ -130,3 +131,19 @@ def test_orphan_sweeps_and_the_view_are_housekeepings_each_when_due_never_the_ro
         assert dispatcher.housekeep().orphans == [k8s_job_name_for("t-lost")]
     finally:
         dispatcher.close()
+
+
+@pytest.mark.parametrize(
+    ("settings", "period"),
+    [
+        ({"view_seconds": 10.0, "orphan_scan_seconds": 300.0, "liveness_seconds": 120.0}, 10.0),
+        ({"view_seconds": 0.0, "orphan_scan_seconds": 300.0, "liveness_seconds": 120.0}, 60.0),
+        ({"view_seconds": 10.0, "orphan_scan_seconds": 5.0, "liveness_seconds": 120.0}, 5.0),
+        ({"view_seconds": 10.0, "orphan_scan_seconds": 300.0, "liveness_seconds": 8.0}, 4.0),
+    ],
+    ids=["the view period", "view off: twice per liveness bound", "a faster scan", "a tight liveness"],
+)
+def test_housekeeping_turns_as_often_as_its_work_and_twice_per_liveness_bound(
+    settings: dict[str, float], period: float
+) -> None:
+    assert housekeeping_period(make_settings(**settings)) == period
