@@ -17,12 +17,10 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import partial
-from typing import TypeVar
 
 from falcon.domain.dispatcher_view import DispatcherView, build_view
 from falcon.domain.events import ResourceView
@@ -41,8 +39,6 @@ from falcon.services.queueing import MessageWrite, Pick, QueueBook, schedule
 from falcon.services.warming import Warmer
 
 logger = logging.getLogger(__name__)
-_Item = TypeVar("_Item")
-_Result = TypeVar("_Result")
 
 # A queue whose slot is held in Prefect while the database says nobody acquires must stay so for
 # this long before the slot is reset: a lifecycle run releases its lease a moment after it
@@ -210,6 +206,7 @@ class Dispatcher:
         self._waiting_counts: dict[QueueKey, int] = {}
         self._launches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="launch")
         self._round_work = ThreadPoolExecutor(max_workers=ROUND_THREADS, thread_name_prefix="round")
+        self._fan_out = reconcile.fan_out_on(self._round_work)
         settings = services.settings
         self._refresh = Every(settings.queue_refresh_seconds)
         self._checks_since_reload = 0
@@ -402,12 +399,6 @@ class Dispatcher:
         if view_due:
             self._show_view(list(clusters.values()))
             laps.lap("view")
-
-    def _fan_out(self, work: Callable[[_Item], _Result], items: Iterable[_Item]) -> Iterator[_Result]:
-        """``reconcile.FanOut`` on the round's threads, each piece in a copy of the round's
-        context (its logs reach the same flow run)."""
-        runs = [partial(contextvars.copy_context().run, work, item) for item in items]
-        return self._round_work.map(lambda run: run(), runs)
 
     def _show_view(self, clusters: list[Cluster]) -> None:
         """The view, to the state gauges (``events.resources_seen``) and to ``publish``; a view
