@@ -16,9 +16,16 @@ from typing import Any
 import httpx
 import pytest
 
-from falcon.domain.model import k8s_job_name_for
+from falcon.bootstrap import build_services
+from falcon.domain.errors import TemporaryError
+from falcon.domain.lifecycle import PoolState
+from falcon.domain.model import ProvisioningMode, k8s_job_name_for
+from falcon.domain.node_pools import NodePoolPlan
 from falcon.domain.status import Reason, Status
+from falcon.domain.topology import resolve_shape
+from falcon.services.acquisition import creating_pool
 from falcon.services.context import Services
+from falcon.services.pool_deletion import ask_delete, take_back
 from falcon.services.reconcile import delete_orphan_jobs
 from falcon_emulator.server import EmulatorServer
 from tests.integration.harness import CLUSTER, Driver, emulator_counters, submit, task_row, with_env
@@ -115,3 +122,36 @@ def test_a_reset_outlasting_the_configured_tries_ends_the_task_node_pool_failed(
         time.sleep(0.2)
     assert provision_run_counts(f"acquire-{task_id}") == [3]
     assert emulator_counters(emulator)["nodePoolsCreated"] == 0
+
+
+def test_a_marked_pool_whose_deletion_reaches_gke_late_is_not_taken_back_meanwhile(
+    services: Services, emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chaos run's lost task: GKE carried out a delete the client had given up on, after the
+    queue's next task took the pool back while GKE still said RUNNING, and the pool went under it."""
+    services = build_services(under_faults(services, monkeypatch).settings)  # clients with the short timeout
+    late_by = 3.0  # the delete is carried out this long after it was sent; the client waits 0.5 s
+    plan = NodePoolPlan("falcon-2x2-late", resolve_shape("v6e", "2x2"), ProvisioningMode.RESERVATION, "res-a",
+                        CLUSTER.node_zone)  # fmt: skip
+    store, gke, now = services.store, services.node_pools, services.clock.now
+    store.write_ahead_pool(creating_pool(CLUSTER.id, plan, "t-done"), now())
+    gke.create(CLUSTER, plan)
+    deadline = time.monotonic() + 20
+    while not gke.get(CLUSTER, plan.name).ready:
+        assert time.monotonic() < deadline, "the pool never became ready"
+        time.sleep(0.1)
+    store.pool_ready(CLUSTER.id, plan.name, now())
+    assert store.start_deleting_pool(CLUSTER.id, plan.name, "t-done", now())
+    late = {"method": "DELETE", "pathRegex": "/nodePools/", "delaySeconds": late_by, "times": 1}
+    httpx.post(f"{emulator.url}/emulator/faults", json={"rules": [late]}).raise_for_status()
+
+    with pytest.raises(TemporaryError):
+        ask_delete(services, CLUSTER, plan.name)
+    assert gke.get(CLUSTER, plan.name).ready, "GKE has not carried the delete out yet"
+    assert not take_back(services, CLUSTER, [plan.name])
+
+    deadline = time.monotonic() + late_by + 10
+    while gke.get(CLUSTER, plan.name).status != "STOPPING":
+        assert time.monotonic() < deadline, "the late delete never arrived"
+        time.sleep(0.1)
+    assert store.pool(CLUSTER.id, plan.name).state is PoolState.DELETING

@@ -509,23 +509,45 @@ def test_unmark_pool_makes_only_a_marked_pool_idle_again_and_forgets_its_deletio
 ) -> None:
     store.write_ahead_pool(pool("p1"), T0)
     store.pool_ready("c1", "p1", T0)
-    assert not store.unmark_pool("c1", "p1", T1)  # in use: not marked
+    assert not store.unmark_pool("c1", "p1", T1, T1)  # in use: not marked
     assert store.start_deleting_pool("c1", "p1", "t1", T1)
     store.pool_delete_failed("c1", "p1", "GKE busy", T1)
     assert store.deletions_marked_since("c1", T0) == 1
-    assert store.unmark_pool("c1", "p1", T2)
+    assert store.unmark_pool("c1", "p1", T2, T2)
     assert store.pool("c1", "p1") == replace(pool("p1", None, PoolState.IDLE), idle_since=T2)
     assert upstream.pool_error("c1", "p1") is None
     assert store.deletions_marked_since("c1", T0) == 0
-    assert not store.unmark_pool("c1", "p1", T2)  # idle now: unmarked once
+    assert not store.unmark_pool("c1", "p1", T2, T2)  # idle now: unmarked once
     assert store.claim_idle_pool(Q, "t2", T2) is not None
     assert store.start_deleting_pool("c1", "p1", "t2", T2 + timedelta(seconds=5))
     store.pool_deleted("c1", "p1", T2 + timedelta(seconds=12))
     assert store.queue_observations([Q], gaps=10, creations=10)[Q].deletion_seconds == (7.0,), (
         "the deletion taken back is not counted, the one that went through is"
     )
-    assert not store.unmark_pool("c1", "p1", T2)  # deleted: gone for good
-    assert not store.unmark_pool("c1", "unknown", T2)
+    assert not store.unmark_pool("c1", "p1", T2, T2)  # deleted: gone for good
+    assert not store.unmark_pool("c1", "unknown", T2, T2)
+
+
+def test_an_unanswered_deletion_keeps_a_marked_pool_from_being_unmarked_until_it_can_no_longer_arrive(
+    store: TaskStore,
+) -> None:
+    store.write_ahead_pool(pool("p1"), T0)
+    assert not store.delete_asked("c1", "p1", T0), "not marked: nothing to ask"
+    assert store.start_deleting_pool("c1", "p1", "t1", T0)
+    assert store.delete_asked("c1", "p1", T1)
+    assert not store.unmark_pool("c1", "p1", T2, asked_before=T0), "asked at T1: it may still arrive"
+    assert store.unmark_pool("c1", "p1", T2, asked_before=T1)
+    assert store.start_deleting_pool("c1", "p1", None, T2)
+    assert store.unmark_pool("c1", "p1", T2, asked_before=T0), "the take-back forgot the old ask"
+
+
+def test_a_refused_deletion_is_on_its_way_no_more(store: TaskStore) -> None:
+    store.write_ahead_pool(pool("p1"), T0)
+    assert store.start_deleting_pool("c1", "p1", "t1", T0)
+    assert store.delete_asked("c1", "p1", T1)
+    store.delete_refused("c1", "p1", T1)
+    assert store.unmark_pool("c1", "p1", T2, asked_before=T0)
+    store.delete_refused("c1", "unknown", T2)  # nothing to clear: no error
 
 
 def test_pool_deleted_and_pool_delete_failed(store: TaskStore, upstream: Upstream) -> None:

@@ -110,6 +110,7 @@ class MemoryTaskStore:
         self.pool_created: dict[tuple[str, str], datetime] = {}  # pools_in lists oldest first
         self.pool_ready_at: dict[tuple[str, str], datetime] = {}
         self.pool_deleting_at: dict[tuple[str, str], datetime] = {}
+        self.pool_delete_asked_at: dict[tuple[str, str], datetime] = {}
         self.pool_deleted_at: dict[tuple[str, str], datetime] = {}
         self.queued_at: dict[str, datetime] = {}  # intake time of each task: its queue's arrivals
         self.beats: dict[str, datetime] = {}  # run owners' heartbeats
@@ -144,6 +145,7 @@ class MemoryTaskStore:
             self.pool_errors,
             self.pool_ready_at,
             self.pool_deleting_at,
+            self.pool_delete_asked_at,
             self.pool_deleted_at,
             self.queued_at,
             self.beats,
@@ -691,13 +693,33 @@ class MemoryTaskStore:
                 self.pool_deleting_at[(cluster_id, name)] = now
             return moved
 
-    def unmark_pool(self, cluster_id: str, name: str, now: datetime) -> bool:
+    def delete_asked(self, cluster_id: str, name: str, now: datetime) -> bool:
+        self.calls.append(("delete_asked", name))
+        with self._tx():
+            marked = self.pool(cluster_id, name)
+            if marked is None or marked.state is not PoolState.DELETING:
+                return False
+            self.pool_delete_asked_at[(cluster_id, name)] = now
+            return True
+
+    def delete_refused(self, cluster_id: str, name: str, now: datetime) -> None:
+        self.calls.append(("delete_refused", name))
+        with self._tx():
+            marked = self.pool(cluster_id, name)
+            if marked is not None and marked.state is PoolState.DELETING:
+                self.pool_delete_asked_at.pop((cluster_id, name), None)
+
+    def unmark_pool(self, cluster_id: str, name: str, now: datetime, asked_before: datetime) -> bool:
         self.calls.append(("unmark_pool", name))
         values = {"state": PoolState.IDLE, "idle_since": now}
         with self._tx():
+            asked = self.pool_delete_asked_at.get((cluster_id, name))
+            if asked is not None and asked > asked_before:
+                return False
             moved = self._move_pool(cluster_id, name, values, [PoolState.DELETING])
             if moved:
                 self.pool_deleting_at.pop((cluster_id, name), None)
+                self.pool_delete_asked_at.pop((cluster_id, name), None)
                 self.pool_errors[(cluster_id, name)] = None
             return moved
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from tests.unit.fakes import (
     SELDOM,
     HookedClock,
@@ -19,7 +20,7 @@ from tests.unit.fakes import (
     running,
 )
 
-from falcon.domain.errors import BusyError, TemporaryError
+from falcon.domain.errors import BusyError, FalconError, PermanentError, TemporaryError
 from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState
 from falcon.domain.messages import MessageKey
 from falcon.domain.model import ProvisioningMode, QueueKey, node_pool_name_for
@@ -28,12 +29,14 @@ from falcon.domain.status import Status
 from falcon.services import reconcile
 from falcon.services.acquisition import provision, wait_pool_ready
 from falcon.services.context import Services
+from falcon.services.pool_deletion import LATE_REQUEST_SECONDS, ask_delete, take_back
 from falcon.services.release import record_outcome, release
 
 QUEUE = QueueKey("c1", "2x2")
 MARKED = "falcon-2x2-marked"
 OWN = node_pool_name_for("t1", "2x2")
 GKE_BUSY = BusyError("cluster is running another operation")
+TIMED_OUT = TemporaryError("delete node pool: read timed out")
 
 
 def _services() -> tuple[Services, HookedClock]:
@@ -163,3 +166,63 @@ def test_the_create_and_delete_baseline_takes_nothing_back() -> None:
     _marked(svc)
     assert provision(svc, acquiring(svc, "t1")).plan is not None
     assert svc.store.pool("c1", MARKED).state is PoolState.DELETING
+
+
+def _ask_unanswered(svc: Services) -> None:
+    """Ask GKE to delete the marked pool and get no answer: the request may still reach GKE."""
+    svc.node_pools.fail_delete(TIMED_OUT)  # type: ignore[attr-defined]
+    with pytest.raises(TemporaryError):
+        ask_delete(svc, svc.store.clusters()[0], MARKED)
+
+
+def test_a_deletion_gke_did_not_answer_keeps_the_pool_from_being_taken_back() -> None:
+    """The chaos run: the client gave up on the delete, the task took the pool back, and GKE then
+    carried the delete out under the task. GKE still says RUNNING, and yet the task creates its own."""
+    svc, _ = _services()
+    _marked(svc)
+    _ask_unanswered(svc)
+    choice = provision(svc, acquiring(svc, "t1"))
+    assert choice.plan is not None and choice.name == OWN
+    assert svc.store.pool("c1", MARKED).state is PoolState.DELETING
+
+
+def test_a_pool_whose_unanswered_deletion_never_arrived_is_taken_back_once_it_no_longer_can() -> None:
+    svc, clock = _services()
+    _marked(svc)
+    _ask_unanswered(svc)
+    window = svc.settings.api_timeout_seconds + LATE_REQUEST_SECONDS
+    clock.advance(window - 1)
+    assert not take_back(svc, svc.store.clusters()[0], [MARKED])
+    clock.advance(1)
+    assert take_back(svc, svc.store.clusters()[0], [MARKED])
+    assert svc.store.pool("c1", MARKED).state is PoolState.IDLE
+
+
+def test_an_ask_cut_off_by_a_kill_before_its_answer_keeps_the_pool_too() -> None:
+    """Recorded in its own commit before GKE is asked: a process killed during the call leaves it."""
+    svc, _ = _services()
+    _marked(svc)
+    assert svc.store.delete_asked("c1", MARKED, svc.clock.now())
+    assert not take_back(svc, svc.store.clusters()[0], [MARKED])
+
+
+@pytest.mark.parametrize(
+    "answer", [GKE_BUSY, PermanentError("403 permission denied")], ids=["busy", "refused"]
+)
+def test_a_deletion_gke_refused_leaves_the_pool_to_take_back_at_once(answer: FalconError) -> None:
+    svc, _ = _services()
+    _marked(svc)
+    svc.node_pools.fail_delete(answer)  # type: ignore[attr-defined]
+    with pytest.raises(type(answer)):
+        ask_delete(svc, svc.store.clusters()[0], MARKED)
+    assert take_back(svc, svc.store.clusters()[0], [MARKED])
+
+
+def test_a_pool_taken_back_forgets_its_asks_when_marked_again() -> None:
+    svc, clock = _services()
+    _marked(svc)
+    _ask_unanswered(svc)
+    clock.advance(svc.settings.api_timeout_seconds + LATE_REQUEST_SECONDS)
+    assert take_back(svc, svc.store.clusters()[0], [MARKED])
+    assert svc.store.start_deleting_pool("c1", MARKED, None, clock.now())
+    assert take_back(svc, svc.store.clusters()[0], [MARKED]), "the old ask went with the take-back"

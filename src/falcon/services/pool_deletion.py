@@ -10,29 +10,49 @@ act under the cluster's lock (``TaskStore.cluster_locked``): GKE is asked to del
 while its record still says marked, and a pool is taken back only while GKE reports it ready
 (a deletion GKE accepted shows at once as STOPPING). Whichever comes second sees what the first
 did.
+
+A deletion GKE did not answer (the client's timeout, a reset connection, a 5xx) may still be
+carried out later: the request can reach GKE after the client gave up on it, and the pool would
+then go under the task that took it back (the chaos run saw this). So each ask is recorded in its
+own commit before it is made, which a killed process leaves behind too, and cleared only by GKE's
+refusal. A pool with an ask not answered is not taken back for ``LATE_REQUEST_SECONDS`` past the
+client's timeout; after that, a deletion GKE carried out shows as STOPPING or gone.
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
-from falcon.domain.errors import FalconError
+from falcon.domain.errors import BusyError, FalconError, PermanentError
 from falcon.domain.lifecycle import PoolState
 from falcon.domain.model import Cluster
 from falcon.services.context import Services
 
 logger = logging.getLogger(__name__)
 
+LATE_REQUEST_SECONDS = 60.0
+"""How long past the client's timeout a request it gave up on may still be carried out by GKE."""
+
 
 def ask_delete(services: Services, cluster: Cluster, name: str) -> bool:
     """Ask GKE to delete the marked pool; False, and nothing asked, when it is marked no longer
     (taken back, or gone). GKE's errors are the caller's."""
+    if not services.store.delete_asked(cluster.id, name, services.clock.now()):
+        return False
+    refused: FalconError | None = None
     with services.store.cluster_locked(cluster.id) as store:
         record = store.pool(cluster.id, name)
         if record is None or record.state is not PoolState.DELETING:
             return False
-        services.node_pools.delete(cluster, name)
-        return True
+        try:
+            services.node_pools.delete(cluster, name)
+        except (BusyError, PermanentError) as exc:  # GKE's own answer: nothing is on its way
+            store.delete_refused(cluster.id, name, services.clock.now())
+            refused = exc
+    if refused is not None:
+        raise refused
+    return True
 
 
 def take_back(services: Services, cluster: Cluster, marked: list[str]) -> bool:
@@ -48,7 +68,12 @@ def take_back(services: Services, cluster: Cluster, marked: list[str]) -> bool:
                 ready = services.node_pools.get(cluster, name).ready
             except FalconError:
                 continue
-            if ready and store.unmark_pool(cluster.id, name, services.clock.now()):
+            now = services.clock.now()
+            if ready and store.unmark_pool(cluster.id, name, now, now - _late_request_window(services)):
                 logger.info("event=pool_taken_back cluster=%s pool=%s", cluster.name, name)
                 return True
     return False
+
+
+def _late_request_window(services: Services) -> timedelta:
+    return timedelta(seconds=services.settings.api_timeout_seconds + LATE_REQUEST_SECONDS)

@@ -169,6 +169,7 @@ class NodePoolRow(Base):
     warm_rule: Mapped[str | None] = mapped_column(sa.String(63))  # the tidal rule it was created for
     ready_at: Mapped[datetime | None]  # minus created_at: how long its creation took
     deleting_at: Mapped[datetime | None]  # marked for deletion (GKE may not have started yet)
+    delete_asked_at: Mapped[datetime | None]  # a deletion may be on its way to GKE since then
     deleted_at: Mapped[datetime | None]  # minus deleting_at: how long its deletion took
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]

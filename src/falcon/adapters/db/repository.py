@@ -890,8 +890,11 @@ def _move_pool(
     expect_states: Sequence[PoolState] | None = None,
     expect_holder: str | None = None,
     unheld: bool = False,
+    where: sa.ColumnElement[bool] | None = None,
 ) -> bool:
     query = sa.update(NodePoolRow).where(NodePoolRow.cluster_id == cluster_id, NodePoolRow.name == name)
+    if where is not None:
+        query = query.where(where)
     if expect_states is not None:
         query = query.where(NodePoolRow.state.in_([s.value for s in expect_states]))
     if expect_holder is not None:
@@ -932,15 +935,29 @@ def start_deleting_pool(
     return _move_pool(session, cluster_id, name, now, values, expect, holder)
 
 
-def unmark_pool(session: Session, cluster_id: str, name: str, now: datetime) -> bool:
-    """A pool marked for deletion, which GKE has not begun deleting, is idle for its queue again."""
+def delete_asked(session: Session, cluster_id: str, name: str, now: datetime) -> bool:
+    """A deletion of the marked pool may reach GKE from now on; False when it is not marked."""
+    values: dict[Any, Any] = {NodePoolRow.delete_asked_at: now}
+    return _move_pool(session, cluster_id, name, now, values, [PoolState.DELETING])
+
+
+def delete_refused(session: Session, cluster_id: str, name: str, now: datetime) -> None:
+    """GKE answered the ask with a refusal: no deletion of the pool is on its way."""
+    _move_pool(session, cluster_id, name, now, {NodePoolRow.delete_asked_at: None}, [PoolState.DELETING])
+
+
+def unmark_pool(session: Session, cluster_id: str, name: str, now: datetime, asked_before: datetime) -> bool:
+    """A pool marked for deletion, which GKE has not begun deleting, is idle for its queue again;
+    not while a deletion asked after ``asked_before`` may still reach GKE."""
     values: dict[Any, Any] = {
         NodePoolRow.state: PoolState.IDLE.value,
         NodePoolRow.idle_since: now,
         NodePoolRow.deleting_at: None,
+        NodePoolRow.delete_asked_at: None,
         NodePoolRow.last_error: None,
     }
-    return _move_pool(session, cluster_id, name, now, values, [PoolState.DELETING])
+    quiet = sa.or_(NodePoolRow.delete_asked_at.is_(None), NodePoolRow.delete_asked_at <= asked_before)
+    return _move_pool(session, cluster_id, name, now, values, [PoolState.DELETING], where=quiet)
 
 
 def pool_deleted(session: Session, cluster_id: str, name: str, now: datetime) -> None:

@@ -236,9 +236,17 @@ class SqlTaskStore:
         with self._tx() as s:
             return repo.start_deleting_pool(s, cluster_id, name, holder, now)
 
-    def unmark_pool(self, cluster_id: str, name: str, now: datetime) -> bool:
+    def delete_asked(self, cluster_id: str, name: str, now: datetime) -> bool:
         with self._tx() as s:
-            return repo.unmark_pool(s, cluster_id, name, now)
+            return repo.delete_asked(s, cluster_id, name, now)
+
+    def delete_refused(self, cluster_id: str, name: str, now: datetime) -> None:
+        with self._tx() as s:
+            repo.delete_refused(s, cluster_id, name, now)
+
+    def unmark_pool(self, cluster_id: str, name: str, now: datetime, asked_before: datetime) -> bool:
+        with self._tx() as s:
+            return repo.unmark_pool(s, cluster_id, name, now, asked_before)
 
     def pool_deleted(self, cluster_id: str, name: str, now: datetime) -> None:
         with self._tx() as s:
