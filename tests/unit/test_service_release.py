@@ -11,6 +11,7 @@ confirms deletions GKE finished.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -247,6 +248,31 @@ def test_deletion_gke_refused_is_asked_again_next_round(svc: Services) -> None:
     assert svc.node_pools.pools == {}
     reconcile.reap_idle_pools(svc, clusters_of(svc), {})
     assert svc.store.pool("c1", "falcon-kept").state is PoolState.DELETED
+
+
+def test_the_dispatchers_reaper_confirms_each_deletion_once_per_poll(svc: Services) -> None:
+    """A pool waiting for the cluster's one GKE operation is looked at and asked for again once per
+    ``poll_seconds``, not at every round; one no longer deleting is forgotten."""
+    svc = replace(svc, settings=svc.settings.model_copy(update={"poll_seconds": 2.0}))
+    svc.node_pools.add_existing(svc.store.clusters()[0], "falcon-kept")
+    svc.store.add_pool(idle("falcon-kept", svc.clock.now() - timedelta(seconds=500)))
+    svc.node_pools.fail_delete(BusyError("another operation"), times=50)
+    confirmed: reconcile.ConfirmedAt = {}
+
+    def asked_in_rounds(rounds: int) -> int:
+        before = svc.node_pools.count("delete", "falcon-kept")
+        for _ in range(rounds):
+            reconcile.reap_idle_pools(svc, clusters_of(svc), {}, confirmed=confirmed)
+            svc.clock.advance(1.0)  # a round a second
+        return svc.node_pools.count("delete", "falcon-kept") - before
+
+    assert asked_in_rounds(1) == 1  # marked and asked
+    assert asked_in_rounds(6) == 3, "every other round"
+    assert set(confirmed) == {("c1", "falcon-kept")}
+    svc.node_pools.delete_failures.clear()
+    asked_in_rounds(4)
+    assert svc.store.pool("c1", "falcon-kept").state is PoolState.DELETED
+    assert confirmed == {}
 
 
 def test_a_pool_that_failed_its_task_is_deleted_though_a_task_waits_for_the_queue(svc: Services) -> None:

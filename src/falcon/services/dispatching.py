@@ -224,6 +224,7 @@ class Dispatcher:
         self._warmer = Warmer(services)
         self._unlaunched: dict[str, float] = {}  # picks seen with no run recorded yet (supervise_runs)
         self._priced: reconcile.PricedSpells = {}  # the idle pools as the reaper priced them
+        self._confirmed: reconcile.ConfirmedAt = {}  # when the reaper last confirmed each deletion
         self._next_fire: datetime | None = None  # the next tidal warm-pool fire: reconcile then
         self.on_pool_offered: Callable[[], None] = lambda: None  # the deployed flow nudges its tick loop
         # Each turn's steps, by loop ("tick", "reconcile", "housekeeping"): the deployed flow exports them.
@@ -370,12 +371,16 @@ class Dispatcher:
         laps.lap("release")
         report.started = reconcile.supervise_runs(svc, self._unlaunched)
         laps.lap("supervise")
-        now, rules = svc.clock.now(), schedulable(svc.store.warm_rules())
+        with svc.store.together() as store:  # one transaction: a commit's round trip is most of each read
+            rules = schedulable(store.warm_rules())
+            pools = store.pools_in([PoolState.CREATING, PoolState.IDLE, PoolState.DELETING])
+            takers = Counter(waiting) + Counter(store.takers_without_pool())
+        now = svc.clock.now()
         targets = warm_targets(rules, now)
-        pools = svc.store.pools_in([PoolState.CREATING, PoolState.IDLE, PoolState.DELETING])
         warm = {queue: target.pools for queue, target in targets.items()}
-        takers = Counter(waiting) + Counter(svc.store.takers_without_pool())
-        report.reaped = reconcile.reap_idle_pools(svc, clusters, dict(takers), warm, pools, self._priced)
+        report.reaped = reconcile.reap_idle_pools(
+            svc, clusters, dict(takers), warm, pools, self._priced, self._confirmed
+        )
         laps.lap("reap")
         self._next_fire = next_change(rules, now)
         report.warming = self._warmer.converge(clusters, rules, targets, pools, now)

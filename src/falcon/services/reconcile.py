@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -284,6 +285,7 @@ def _restart_acquire(services: Services, p: Progress) -> None:
 
 # An idle pool's idle spell (cluster id, name, idle since), and the pool as the reaper priced it.
 PricedSpells = dict[tuple[str, str, datetime | None], IdlePool]
+ConfirmedAt = dict[tuple[str, str], float]  # (cluster id, pool name): clock.monotonic() when last confirmed
 
 
 def reap_idle_pools(
@@ -293,6 +295,7 @@ def reap_idle_pools(
     warm: Mapping[QueueKey, int] | None = None,
     pools: Sequence[NodePool] | None = None,
     priced: PricedSpells | None = None,
+    confirmed: ConfirmedAt | None = None,
 ) -> list[str]:
     """Delete idle pools kept longer than the keeping policy finds them worth for their queue
     (design §5: never kept forever), but never below a queue's tidal ``warm`` target; confirm
@@ -300,7 +303,8 @@ def reap_idle_pools(
 
     ``pools``: the idle and deleting pools, when the caller has read them already. ``priced``:
     the idle spells priced by earlier rounds (the caller keeps it across rounds; this updates
-    it), each priced once (``_priced``)."""
+    it), each priced once (``_priced``). ``confirmed``: when each deletion was last confirmed,
+    kept the same way, so that each is confirmed once per ``poll_seconds`` (``_confirm_due``)."""
     now = services.clock.now()
     if pools is None:
         pools = services.store.pools_in([PoolState.IDLE, PoolState.DELETING])
@@ -310,10 +314,27 @@ def reap_idle_pools(
         if services.store.start_deleting_pool(pool.cluster_id, pool.name, None, now):
             _request_delete(services, clusters[pool.cluster_id], pool.name)
             reaped.append(pool.name)
-    for p in pools:
-        if p.state is PoolState.DELETING and p.holder_task_id is None:
-            _confirm_deleted(services, clusters.get(p.cluster_id), p.name)
+    deleting = [p for p in pools if p.state is PoolState.DELETING and p.holder_task_id is None]
+    for p in _confirm_due(services, deleting, confirmed):
+        _confirm_deleted(services, clusters.get(p.cluster_id), p.name)
     return reaped
+
+
+def _confirm_due(
+    services: Services, deleting: list[NodePool], confirmed: ConfirmedAt | None
+) -> list[NodePool]:
+    """The deletions to confirm this round: each at most once per ``poll_seconds``, as a task
+    polls its pool. A pool waiting for the cluster's one GKE operation costs a GKE read, an ask
+    and its writes each time, and GKE takes minutes over a TPU pool's deletion; the round turns
+    every second."""
+    if confirmed is None:
+        return deleting
+    now, period = services.clock.monotonic(), services.settings.poll_seconds
+    last = {key: confirmed[key] for p in deleting if (key := (p.cluster_id, p.name)) in confirmed}
+    due = [p for p in deleting if now - last.get((p.cluster_id, p.name), -math.inf) >= period]
+    confirmed.clear()
+    confirmed.update(last | {(p.cluster_id, p.name): now for p in due})
+    return due
 
 
 def _priced(
