@@ -130,7 +130,7 @@ def test_a_marked_pool_whose_deletion_reaches_gke_late_is_not_taken_back_meanwhi
     """The chaos run's lost task: GKE carried out a delete the client had given up on, after the
     queue's next task took the pool back while GKE still said RUNNING, and the pool went under it."""
     services = build_services(under_faults(services, monkeypatch).settings)  # clients with the short timeout
-    late_by = 3.0  # the delete is carried out this long after it was sent; the client waits 0.5 s
+    late_by = 6.0  # the delete is carried out this long after it was sent; the client waits 0.5 s
     plan = NodePoolPlan("falcon-2x2-late", resolve_shape("v6e", "2x2"), ProvisioningMode.RESERVATION, "res-a",
                         CLUSTER.node_zone)  # fmt: skip
     store, gke, now = services.store, services.node_pools, services.clock.now
