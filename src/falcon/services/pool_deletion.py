@@ -51,7 +51,7 @@ def ask_delete(services: Services, cluster: Cluster, name: str) -> bool:
             store.delete_refused(cluster.id, name, services.clock.now())
             refused = exc
     if refused is not None:
-        raise refused
+        raise refused  # only now: raised inside the block, it would undo delete_refused's write
     return True
 
 
