@@ -1,22 +1,23 @@
-"""A reconcile round's independent pieces (each cluster's Jobs, each offered task's release) run
-at once on the dispatcher's round threads, in the round's context, and are reported in order;
-releasing in the round keeps to its time budget; orphan sweeps and the view are housekeeping's,
-not the round's."""
+"""A reconcile round's independent pieces (each cluster's Jobs) run at once on the dispatcher's
+round threads, in the round's context, and are reported in order; the offered tasks' releases
+run at once beside it, in its context too; orphan sweeps and the view are housekeeping's, not the
+round's."""
 
 from __future__ import annotations
 
 import contextvars
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from flows.dispatcher import housekeeping_period
 from tests.unit.fakes import (
-    FakeClusterJobs,
     cluster,
     clusters_of,
     events_of,
+    idle_pool,
     k8s_of,
     make_services,
     make_settings,
@@ -24,9 +25,8 @@ from tests.unit.fakes import (
     running,
 )
 
-from falcon.domain.lifecycle import Phase
+from falcon.domain.lifecycle import Phase, PoolState
 from falcon.domain.model import k8s_job_name_for
-from falcon.services import reconcile
 from falcon.services.context import Services
 from falcon.services.dispatching import Dispatcher, TickReport
 
@@ -47,17 +47,17 @@ def _two_clusters_whose_jobs_ended(waiting: bool) -> Services:
     return svc
 
 
-def _meet_in(jobs: FakeClusterJobs, method: str, barrier: threading.Barrier, seen: list[str]) -> None:
+def _meet_in(fake: object, method: str, barrier: threading.Barrier, seen: list[str]) -> None:
     """Make the fake's ``method`` wait until every cluster's call is under way: it passes only when
     the calls run at once (a barrier that times out breaks, and the round fails)."""
-    call: Callable[..., Any] = getattr(jobs, method)
+    call: Callable[..., Any] = getattr(fake, method)
 
     def met(*args: Any, **kwargs: Any) -> Any:
         seen.append(ROUND_CONTEXT.get())
         barrier.wait()
         return call(*args, **kwargs)
 
-    setattr(jobs, method, met)
+    setattr(fake, method, met)
 
 
 def _round_meeting_in(method: str, waiting: bool) -> tuple[Services, TickReport, list[str]]:
@@ -66,7 +66,7 @@ def _round_meeting_in(method: str, waiting: bool) -> tuple[Services, TickReport,
     svc = _two_clusters_whose_jobs_ended(waiting)
     barrier, seen = threading.Barrier(2, timeout=5), []
     for c in clusters_of(svc).values():
-        _meet_in(svc.jobs(c), method, barrier, seen)  # type: ignore[arg-type]
+        _meet_in(svc.jobs(c), method, barrier, seen)
     dispatcher, token = Dispatcher(svc), ROUND_CONTEXT.set("the round's")
     try:
         return svc, dispatcher.reconcile(), seen
@@ -81,32 +81,33 @@ def test_the_round_follows_its_clusters_at_once_in_its_context_and_reports_them_
     assert seen == ["the round's", "the round's"]
 
 
-def test_the_round_releases_the_tasks_whose_pool_it_kept_at_once() -> None:
-    svc, report, _ = _round_meeting_in("delete_job", waiting=True)
+def test_the_round_releases_the_tasks_whose_pool_it_kept_at_once_beside_it_in_its_context() -> None:
+    svc, report, seen = _round_meeting_in("delete_job", waiting=True)
     assert report.offered == ["t1", "t2"]
-    assert report.released == ["t1", "t2"]
+    assert seen == ["the round's", "the round's"]
     assert [svc.store.progress[t].phase for t in ("t1", "t2")] == [Phase.DONE, Phase.DONE]  # type: ignore[attr-defined]
 
 
-def test_releasing_in_the_round_starts_no_task_after_its_budget_and_leaves_the_rest_releasing() -> None:
+def test_the_reaper_asks_gke_about_each_cluster_at_once_in_the_rounds_context() -> None:
+    """Confirming a deletion is a GKE round trip per pool (here one pool marked on each of c1 and
+    c2): the reaper makes each cluster's calls at once, never one cluster waiting on another."""
     svc = make_services()
-    svc.store.add_cluster(cluster("c1"))  # type: ignore[attr-defined]
-    for n in (1, 2, 3):
-        running(svc, f"t{n}")
-        queued(svc, f"w{n}")
-        k8s_of(svc).job(k8s_job_name_for(f"t{n}")).script.complete = True
-    followed = reconcile.follow_running(svc, clusters_of(svc))
-    assert followed.offered == ["t1", "t2", "t3"]
-    jobs, step = k8s_of(svc), reconcile.RELEASE_IN_ROUND_SECONDS * 0.6
-    delete_job = jobs.delete_job
-
-    def slow_delete(namespace: str, name: str) -> None:
-        svc.clock.advance(step)  # type: ignore[attr-defined]
-        delete_job(namespace, name)
-
-    jobs.delete_job = slow_delete  # type: ignore[method-assign]
-    assert reconcile.finish_offered(svc, followed.offered) == ["t1", "t2"]  # t2 started at 0.6 s
-    assert svc.store.progress["t3"].phase is Phase.RELEASING  # type: ignore[attr-defined]
+    for cluster_id in ("c1", "c2"):
+        svc.store.add_cluster(cluster(cluster_id))  # type: ignore[attr-defined]
+        name = f"falcon-marked-{cluster_id}"
+        svc.node_pools.add_existing(clusters_of(svc)[cluster_id], name)  # type: ignore[attr-defined]
+        marked = replace(idle_pool(name, cluster_id=cluster_id), state=PoolState.DELETING)
+        svc.store.add_pool(marked)  # type: ignore[attr-defined]
+    barrier, seen = threading.Barrier(2, timeout=5), []
+    _meet_in(svc.node_pools, "get", barrier, seen)
+    dispatcher, token = Dispatcher(svc), ROUND_CONTEXT.set("the round's")
+    try:
+        dispatcher.reconcile()
+    finally:
+        dispatcher.close()
+        ROUND_CONTEXT.reset(token)
+    assert seen == ["the round's", "the round's"]
+    assert svc.node_pools.pools == {}  # type: ignore[attr-defined]  # GKE still had both: asked again
 
 
 def test_orphan_sweeps_and_the_view_are_housekeepings_each_when_due_never_the_rounds() -> None:

@@ -132,7 +132,7 @@ def test_a_jobs_end_reports_releasing_with_its_run_time_then_done(svc: Services)
     svc.clock.advance(600)  # type: ignore[attr-defined]
     k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
     assert reconcile.follow_running(svc, clusters_of(svc)).offered == ["t1"]  # its pool was kept
-    assert reconcile.finish_offered(svc, ["t1"]) == ["t1"]
+    assert reconcile.release_kept(svc, "t1")
     to_releasing, done = events_of(svc).of("t1")[-2:]
     assert (to_releasing.source, to_releasing.target, to_releasing.reason) == (R, REL, "Succeeded")
     assert to_releasing.dispatched_at == dispatched_at

@@ -2,14 +2,15 @@
 list (the reconcile round) and the release's own calls; nothing waits on a run's start or polls,
 except for GKE deleting a pool, which is GKE's own time. A Job that ended by itself has its pool
 kept (or marked and its deletion asked for) by the round that saw the end; a kept pool's task is
-finished by that round too, a deleted pool's by a release run."""
+finished beside that round (``ReleasesBeside``), a deleted pool's by a release run."""
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 from tests.unit.fakes import arrivals, k8s_of, queued, running
 
 from falcon.domain.errors import TemporaryError
@@ -18,15 +19,26 @@ from falcon.domain.model import QueueKey, k8s_job_name_for, node_pool_name_for
 from falcon.domain.status import Status
 from falcon.services.acquisition import provision
 from falcon.services.context import Services, load_view
-from falcon.services.dispatching import Dispatcher
+from falcon.services.dispatching import Dispatcher, TickReport
 from falcon.services.release import release
 
 QUEUE = QueueKey("c1", "2x2")
 
 
+def _next_rounds_until(dispatcher: Dispatcher, seen: Callable[[TickReport], bool]) -> TickReport:
+    """Rounds until one reports what ``seen`` looks for (a release beside the round ended, or
+    failed): those releases run on threads of their own, so a round reports them once done."""
+    deadline = time.monotonic() + 5
+    while not seen(report := dispatcher.reconcile()):
+        assert time.monotonic() < deadline, "no round reported it within 5 s"
+        time.sleep(0.01)
+    return report
+
+
 def test_the_round_that_sees_a_job_end_and_keeps_its_pool_finishes_the_task(svc: Services) -> None:
-    """Nothing is left to wait for once the pool is the queue's: the round deletes the Job and
-    writes the terminal status, and no release run is started (its start is Prefect's time)."""
+    """Nothing is left to wait for once the pool is the queue's: the task is released beside the
+    round (its Job deleted, its terminal status written), and no release run is started (its
+    start is Prefect's time); a later round reports it released."""
     running(svc, "t1")
     dispatcher = Dispatcher(svc)
     try:
@@ -34,9 +46,11 @@ def test_the_round_that_sees_a_job_end_and_keeps_its_pool_finishes_the_task(svc:
         k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
         svc.clock.advance(svc.settings.reconcile_seconds)  # type: ignore[attr-defined]
         report = dispatcher.tick()
+        later = _next_rounds_until(dispatcher, lambda r: bool(r.released))
     finally:
         dispatcher.close()
-    assert report.ended == report.offered == report.released == ["t1"] and report.started == []
+    assert report.ended == report.offered == later.released == ["t1"]
+    assert report.started == later.started == []
     assert svc.launcher.releases == []  # type: ignore[attr-defined]
     assert svc.store.task("t1").status is Status.SUCCEEDED
     assert svc.store.task_view_rows("t1")[2].phase is Phase.DONE
@@ -54,12 +68,12 @@ def test_a_task_whose_pool_is_deleted_gets_a_release_run(svc: Services) -> None:
         report = dispatcher.reconcile()
     finally:
         dispatcher.close()
-    assert report.ended == ["t1"] and report.released == [] and report.started == ["t1"]
+    assert report.ended == ["t1"] and report.offered == [] and report.started == ["t1"]
     assert svc.launcher.releases == [("t1", 1)]  # type: ignore[attr-defined]
     assert svc.store.task_view_rows("t1")[2].phase is Phase.RELEASING
 
 
-def test_a_job_deletion_that_fails_in_the_round_is_left_to_a_release_run(svc: Services) -> None:
+def test_a_job_deletion_that_fails_beside_the_round_is_left_to_a_release_run(svc: Services) -> None:
     running(svc, "t1")
     queued(svc, "t2")
     k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
@@ -67,55 +81,51 @@ def test_a_job_deletion_that_fails_in_the_round_is_left_to_a_release_run(svc: Se
     dispatcher = Dispatcher(svc)
     try:
         report = dispatcher.reconcile()
+        later = _next_rounds_until(dispatcher, lambda r: bool(r.started))
     finally:
         dispatcher.close()
-    assert report.offered == ["t1"] and report.released == [] and report.started == ["t1"]
+    assert report.offered == ["t1"] and report.started == []  # its release beside was under way
+    assert later.released == [] and later.started == ["t1"]
+    assert svc.launcher.releases == [("t1", 1)]  # type: ignore[attr-defined]
     assert svc.store.task_view_rows("t1")[2].phase is Phase.RELEASING
     assert release(svc, "t1").status is Status.SUCCEEDED  # the run finishes what the round could not
     assert k8s_of(svc).jobs == {}
 
 
-def test_a_round_finishes_tasks_for_a_second_at_most_and_leaves_the_rest_to_release_runs(
+def test_a_round_never_waits_for_the_job_deletions_of_the_tasks_whose_pool_it_kept(
     svc: Services,
 ) -> None:
-    """Many Jobs ending together must not hold up following the others: each deletion here takes
-    0.6 s, so the round finishes two (started at 0 and 0.6 s) and starts runs for the rest."""
+    """Many Jobs ending together must not hold up following the others: the round hands their
+    tasks over and goes on, with no release run started for them while their releases run
+    (here each Job's deletion is held until the round is over). Its steps are exported apart,
+    so its own time can be read without them."""
     for task_id in ("t1", "t2", "t3"):
         running(svc, task_id)
+        queued(svc, task_id.replace("t", "w"))  # each ended task's pool is kept for one of these
         k8s_of(svc).job(k8s_job_name_for(task_id)).script.complete = True
-    for task_id in ("t4", "t5", "t6"):
-        queued(svc, task_id)  # each ended task's pool is kept for one of them
-    k8s_of(svc).delete_seconds = 0.6
-    dispatcher = Dispatcher(svc)
-    try:
-        report = dispatcher.reconcile()
-    finally:
-        dispatcher.close()
-    assert sorted(report.offered) == ["t1", "t2", "t3"]
-    assert len(report.released) == 2 and report.started == sorted(set(report.offered) - set(report.released))
-    assert all(svc.store.task(t).status is Status.SUCCEEDED for t in report.released)
+    jobs, round_over = k8s_of(svc), threading.Event()
+    delete_job = jobs.delete_job
 
+    def held_delete(namespace: str, name: str) -> None:
+        assert round_over.wait(5)
+        delete_job(namespace, name)
 
-def test_a_round_reports_its_steps_with_ending_kept_pool_tasks_apart_from_following(
-    svc: Services,
-) -> None:
-    """Following the Jobs is the round's cost per round; ending the tasks whose pool it kept is a
-    cost per ended task (a Job deletion each): exported apart, each can be read on its own."""
-    running(svc, "t1")
-    queued(svc, "t2")
-    k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
-    k8s_of(svc).delete_seconds = 0.4
+    jobs.delete_job = held_delete  # type: ignore[method-assign]
     dispatcher, steps = Dispatcher(svc), []
     dispatcher.on_steps = lambda loop, seen: steps.append((loop, dict(seen)))
     try:
-        assert dispatcher.reconcile().released == ["t1"]
-        dispatcher.pick_tick()
+        report = dispatcher.reconcile()
+        round_over.set()
+        later = _next_rounds_until(dispatcher, lambda r: len(r.released) == 3)
     finally:
+        round_over.set()
         dispatcher.close()
-    (loop, round_steps), (tick_loop, _) = steps
-    assert (loop, tick_loop) == ("reconcile", "tick")
-    assert list(round_steps)[:5] == ["follow", "release", "supervise", "reap", "warm"]
-    assert round_steps["release"] == pytest.approx(0.4) and round_steps["follow"] == 0.0
+    assert report.offered == ["t1", "t2", "t3"] and report.released == report.started == []
+    assert later.released == ["t1", "t2", "t3"] and later.started == []
+    assert all(svc.store.task(t).status is Status.SUCCEEDED for t in later.released)
+    assert svc.launcher.releases == []  # type: ignore[attr-defined]
+    loop, round_steps = steps[0]
+    assert loop == "reconcile" and list(round_steps)[:5] == ["follow", "release", "supervise", "reap", "warm"]
 
 
 def test_a_release_that_keeps_the_pool_never_waits(svc: Services) -> None:
@@ -174,7 +184,7 @@ def test_a_job_that_ended_by_itself_has_its_pool_kept_by_that_round_and_the_tick
     try:
         report = dispatcher.reconcile()
         pool = svc.store.pool("c1", node_pool_name_for("t1", "2x2"))
-        assert report.offered == report.released == ["t1"] and nudges == [1]
+        assert report.offered == ["t1"] and nudges == [1]
         assert (pool.state, pool.holder_task_id) == (PoolState.IDLE, None)
     finally:
         dispatcher.close()

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 
 from falcon.domain.dispatcher_view import DispatcherView, build_view
 from falcon.domain.events import ResourceView
@@ -36,6 +37,7 @@ from falcon.services.health import Verdict, liveness
 from falcon.services.intake import take_in
 from falcon.services.ports import Clock
 from falcon.services.queueing import MessageWrite, Pick, QueueBook, schedule
+from falcon.services.releases_beside import ReleasesBeside
 from falcon.services.warming import Warmer
 
 logger = logging.getLogger(__name__)
@@ -48,7 +50,9 @@ FIRST_ORPHAN_SCAN_AFTER = 30.0  # seconds after the dispatcher starts
 UNREACHABLE_AFTER = 3  # probes failed in a row (one per reconcile round) before a cluster is held
 SLOW_TICK_SECONDS = 0.5  # a tick or round this long is logged with the time each of its phases took
 FULL_RELOAD_EVERY = 10  # book checks (queue_refresh_seconds apart) between two full reloads
-ROUND_THREADS = 8  # a round follows its clusters, and releases its offered tasks, this many at once
+# A round follows its clusters, and makes their GKE calls, this many at once; as many threads
+# release the tasks whose pool it kept (ReleasesBeside).
+ROUND_THREADS = 8
 
 
 @dataclass
@@ -107,7 +111,8 @@ class TickReport:
     deferred: list[str] = field(default_factory=list)  # slots of queues whose pick the slot service delayed
     ended: list[str] = field(default_factory=list)
     offered: list[str] = field(default_factory=list)  # ended tasks whose pool was kept for their queue
-    released: list[str] = field(default_factory=list)  # of those, the ones the round finished itself
+    # Offered tasks ended beside the rounds (ReleasesBeside) since the round before this one.
+    released: list[str] = field(default_factory=list)
     started: list[str] = field(default_factory=list)
     reaped: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
@@ -207,6 +212,7 @@ class Dispatcher:
         self._launches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="launch")
         self._round_work = ThreadPoolExecutor(max_workers=ROUND_THREADS, thread_name_prefix="round")
         self._fan_out = reconcile.fan_out_on(self._round_work)
+        self._releases = ReleasesBeside(partial(reconcile.release_kept, services), ROUND_THREADS)
         settings = services.settings
         self._refresh = Every(settings.queue_refresh_seconds)
         self._checks_since_reload = 0
@@ -279,10 +285,11 @@ class Dispatcher:
             return report
 
     def close(self) -> None:
-        """Wait for launches under way and the Messages handed over; the dispatcher is not used
-        afterwards."""
+        """Wait for launches and releases under way and the Messages handed over; the dispatcher
+        is not used afterwards."""
         self._launches.shutdown(wait=True)
         self._round_work.shutdown(wait=True)
+        self._releases.close()
         if self._messages is not None:
             self._messages.close()
 
@@ -367,9 +374,10 @@ class Dispatcher:
         if followed.offered:
             self.on_pool_offered()  # a waiting task may take it: pick now, not at the next tick
         laps.lap("follow")
-        report.released = reconcile.finish_offered(svc, followed.offered, self._fan_out)
+        report.released = self._releases.ended()
+        self._releases.hand_over(followed.offered)
         laps.lap("release")
-        report.started = reconcile.supervise_runs(svc, self._unlaunched)
+        report.started = reconcile.supervise_runs(svc, self._unlaunched, self._releases.under_way())
         laps.lap("supervise")
         with svc.store.together() as store:  # one transaction: a commit's round trip is most of each read
             rules = schedulable(store.warm_rules())
@@ -379,7 +387,7 @@ class Dispatcher:
         targets = warm_targets(rules, now)
         warm = {queue: target.pools for queue, target in targets.items()}
         report.reaped = reconcile.reap_idle_pools(
-            svc, clusters, dict(takers), warm, pools, self._priced, self._confirmed
+            svc, clusters, dict(takers), warm, pools, self._priced, self._confirmed, self._fan_out
         )
         laps.lap("reap")
         self._next_fire = next_change(rules, now)

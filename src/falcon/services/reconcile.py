@@ -48,16 +48,13 @@ from falcon.services.release import observed, offer_freed_pool, record_outcome, 
 logger = logging.getLogger(__name__)
 Clusters = dict[str, Cluster]
 LAUNCH_GRACE = 5.0  # seconds a pick may go without a recorded run before it is started again
-# A round finishes the tasks whose pool it kept for this long at most (a Job deletion each); the
-# rest get a release run, so that many Jobs ending together never hold up following the others.
-RELEASE_IN_ROUND_SECONDS = 1.0
 
 _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
 
 
 class FanOut(Protocol):
-    """How a round runs independent pieces of work (a cluster's Jobs, a task's release): one after
+    """How a round runs independent pieces of work (a cluster's Jobs, its GKE calls): one after
     another (``map``, the default) or at once (the dispatcher's threads), answered in order. Each
     piece waits mostly on the database and an API server, so running them at once overlaps waits."""
 
@@ -105,7 +102,7 @@ def follow_running(
     answered from a watch, ``JobWatch``); every running task whose Job ended, vanished, timed
     out, was aborted or has pods that can never start moves to releasing. A Job that ended by
     itself has its pool settled at once (``offer_freed_pool``); when the pool was kept, the task
-    is ``offered``, for ``finish_offered`` to end. The clusters are followed through ``fan_out``."""
+    is ``offered``, for ``release_kept`` to end. The clusters are followed through ``fan_out``."""
     by_cluster: dict[str, list[RunningTask]] = {cluster_id: [] for cluster_id in waited_for}
     for task in services.store.running_tasks():
         by_cluster.setdefault(task.queue.cluster_id if task.queue else "", []).append(task)
@@ -161,23 +158,13 @@ def _looked_up(services: Services, cluster: Cluster, task: RunningTask) -> JobSt
         return None
 
 
-def finish_offered(services: Services, offered: Sequence[str], fan_out: FanOut = map) -> list[str]:
-    """End the tasks whose pool a round kept, through ``fan_out``, those started within
-    RELEASE_IN_ROUND_SECONDS (the rest get a release run from supervise_runs); the ones ended."""
-    until = services.clock.monotonic() + RELEASE_IN_ROUND_SECONDS
-
-    def finish(task_id: str) -> bool:
-        return services.clock.monotonic() < until and _release_now(services, task_id)
-
-    return [task_id for task_id, ended in zip(offered, fan_out(finish, offered), strict=True) if ended]
-
-
-def _release_now(services: Services, task_id: str) -> bool:
-    """Finish a task whose Job ended by itself and whose pool the round just kept: nothing is
-    left to wait for (its pods are done, its pool is the queue's), so its Job is deleted and its
-    terminal status written here, where a release run's start could add seconds (Prefect's
-    client backs off 2, 4, 8 s on a busy server). A call that fails leaves the task releasing,
-    and supervise_runs starts its release run as for any other."""
+def release_kept(services: Services, task_id: str) -> bool:
+    """Finish a task whose Job ended by itself and whose pool a round just kept: nothing is left
+    to wait for (its pods are done, its pool is the queue's), so its Job is deleted and its
+    terminal status written at once (``ReleasesBeside`` runs this beside the round), where a
+    release run's start could add seconds (Prefect's client backs off 2, 4, 8 s on a busy
+    server). A call that fails leaves the task releasing, and supervise_runs starts its release
+    run as for any other. True when the task ended here."""
     try:
         outcome = release(services, task_id, pool_settled=True)
     except FalconError as exc:
@@ -233,9 +220,12 @@ def _failure_detail(services: Services, cluster: Cluster, job: JobState) -> str:
     return "; ".join(p.describe() for p in pods if p.terminated) or job.failed_condition or "Job failed"
 
 
-def supervise_runs(services: Services, unlaunched: dict[str, float] | None = None) -> list[str]:
+def supervise_runs(
+    services: Services, unlaunched: dict[str, float] | None = None, released_beside: Set[str] = frozenset()
+) -> list[str]:
     """Start the run a task needs when it has none alive: acquiring tasks get their slot
-    again and a new lifecycle attempt; releasing tasks get a new release attempt.
+    again and a new lifecycle attempt; releasing tasks get a new release attempt, except those
+    ``released_beside`` the round (``ReleasesBeside``), which need none.
 
     A task picked but with no run recorded yet may be a launch under way, by this dispatcher or
     another one (a rollout overlap): it is started only once ``unlaunched`` (the monotonic time
@@ -243,7 +233,7 @@ def supervise_runs(services: Services, unlaunched: dict[str, float] | None = Non
     started, now, waiting_launch = [], services.clock.monotonic(), set()
     for p in services.store.progress_in([Phase.ACQUIRING, Phase.RELEASING]):
         run_id = p.acquire_run_id if p.phase is Phase.ACQUIRING else p.release_run_id
-        if run_id and services.launcher.is_alive(run_id):
+        if (run_id and services.launcher.is_alive(run_id)) or p.task_id in released_beside:
             continue
         if not run_id and p.phase is Phase.ACQUIRING and unlaunched is not None:
             waiting_launch.add(p.task_id)
@@ -296,6 +286,7 @@ def reap_idle_pools(
     pools: Sequence[NodePool] | None = None,
     priced: PricedSpells | None = None,
     confirmed: ConfirmedAt | None = None,
+    fan_out: FanOut = map,
 ) -> list[str]:
     """Delete idle pools kept longer than the keeping policy finds them worth for their queue
     (design §5: never kept forever), but never below a queue's tidal ``warm`` target; confirm
@@ -304,20 +295,31 @@ def reap_idle_pools(
     ``pools``: the idle and deleting pools, when the caller has read them already. ``priced``:
     the idle spells priced by earlier rounds (the caller keeps it across rounds; this updates
     it), each priced once (``_priced``). ``confirmed``: when each deletion was last confirmed,
-    kept the same way, so that each is confirmed once per ``poll_seconds`` (``_confirm_due``)."""
+    kept the same way, so that each is confirmed once per ``poll_seconds`` (``_confirm_due``).
+    The GKE calls go one cluster after another through ``fan_out``: each is a round trip, and
+    a cluster's calls wait for its lock (``ask_delete``), never another cluster's."""
     now = services.clock.now()
     if pools is None:
         pools = services.store.pools_in([PoolState.IDLE, PoolState.DELETING])
     idle = _priced(services, [p for p in pools if p.state is PoolState.IDLE], now, priced)
+    calls: dict[str, list[Callable[[], None]]] = {}
     reaped = []
     for pool in expired_idle_pools(idle, waiting, now, warm):
         if services.store.start_deleting_pool(pool.cluster_id, pool.name, None, now):
-            _request_delete(services, clusters[pool.cluster_id], pool.name)
+            ask = partial(_request_delete, services, clusters[pool.cluster_id], pool.name)
+            calls.setdefault(pool.cluster_id, []).append(ask)
             reaped.append(pool.name)
     deleting = [p for p in pools if p.state is PoolState.DELETING and p.holder_task_id is None]
     for p in _confirm_due(services, deleting, confirmed):
-        _confirm_deleted(services, clusters.get(p.cluster_id), p.name)
+        if cluster := clusters.get(p.cluster_id):
+            calls.setdefault(p.cluster_id, []).append(partial(_confirm_deleted, services, cluster, p.name))
+    list(fan_out(_one_after_another, calls.values()))
     return reaped
+
+
+def _one_after_another(calls: list[Callable[[], None]]) -> None:
+    for call in calls:
+        call()
 
 
 def _confirm_due(
@@ -381,9 +383,7 @@ def _request_delete(services: Services, cluster: Cluster, name: str) -> None:
         ask_delete(services, cluster, name)
 
 
-def _confirm_deleted(services: Services, cluster: Cluster | None, name: str) -> None:
-    if cluster is None:
-        return
+def _confirm_deleted(services: Services, cluster: Cluster, name: str) -> None:
     try:
         status = services.node_pools.get(cluster, name)
     except NotFoundError:
