@@ -965,6 +965,7 @@ class JobScript:
     waiting_reason: str | None = None  # while Pending: ContainerCreating, ImagePullBackOff...
     waiting_message: str = ""
     complete: bool = False
+    pods_succeeded: bool = False  # every pod succeeded; the Job controller has not set a condition yet
     failed_condition: str | None = None
     terminated: list[tuple[str, int]] = field(default_factory=list)
     not_created: int = 0  # pods the Job controller may not create (FailedCreate: quota, no KSA)
@@ -998,14 +999,14 @@ class _Job:
     @property
     def running(self) -> bool:
         s = self.script
-        stopped = s.complete or s.failed_condition or s.never_running or self.suspended
+        stopped = s.complete or s.pods_succeeded or s.failed_condition or s.never_running or self.suspended
         return not stopped and self.polls > s.running_after
 
     def pods(self) -> list[PodState]:
         s = self.script
         if self.suspended:
             return []
-        if s.complete:
+        if s.complete or s.pods_succeeded:
             return [
                 PodState(f"{self.name}-{i}", "Succeeded", job_name=self.name) for i in range(self.parallelism)
             ]
@@ -1029,9 +1030,9 @@ class _Job:
             name=self.name,
             uid=self.uid,
             parallelism=n,
-            active=0 if (s.complete or s.failed_condition) else self.created,
+            active=0 if (s.complete or s.pods_succeeded or s.failed_condition) else self.created,
             ready=running,
-            succeeded=n if s.complete else 0,
+            succeeded=n if (s.complete or s.pods_succeeded) else 0,
             failed=n if s.failed_condition else 0,
             complete=s.complete,
             failed_condition=s.failed_condition,

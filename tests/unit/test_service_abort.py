@@ -335,18 +335,31 @@ def test_running_task_times_out_from_dispatched_at(svc: Services) -> None:
 def test_a_running_task_whose_pods_can_no_longer_start_ends_and_only_its_pods_are_read(
     svc: Services,
 ) -> None:
-    """A round reads the pods of the Jobs whose pods are not all ready, not every Falcon pod: at a
-    thousand running Jobs those are a few, and listing all of them was most of the round."""
+    """A round reads the pods of the Jobs with a pod not started, not every Falcon pod: at a
+    thousand running Jobs those are a few, and listing all of them was most of the round. A Job
+    whose pods all succeeded, its condition not set yet, is not one of them."""
     for task_id, topology in (("t1", "2x2"), ("t2", "2x4"), ("t3", "4x4")):
         running(svc, task_id, topology)
     restarted = k8s_of(svc).job(k8s_job_name_for("t2")).script
     restarted.never_running, restarted.waiting_reason = True, "InvalidImageName"
+    k8s_of(svc).job(k8s_job_name_for("t3")).script.pods_succeeded = True
 
     assert reconcile.follow_running(svc, clusters_of(svc)).ended == ["t2"]
     assert svc.store.progress["t2"].outcome.message.startswith("Pods cannot start: ")  # type: ignore[union-attr]
     assert [c for c in k8s_of(svc).calls if c[0] == "pods_of_jobs"] == [
         ("pods_of_jobs", frozenset({k8s_job_name_for("t2")}))
     ]
+
+
+def test_a_round_reads_no_pods_or_events_for_jobs_whose_pods_all_ended(svc: Services) -> None:
+    """Pods that all succeeded can no longer fail to start: until the Job controller sets the
+    Job's condition, the round follows it from the Job alone."""
+    running(svc, "t1")
+    k8s_of(svc).job(JOB).script.pods_succeeded = True
+    assert reconcile.follow_running(svc, clusters_of(svc)).ended == []
+    assert [c for c in k8s_of(svc).calls if c[0] in ("pods_of_jobs", "warning_events")] == []
+    k8s_of(svc).job(JOB).script.complete = True
+    assert reconcile.follow_running(svc, clusters_of(svc)).ended == ["t1"]
 
 
 def test_unreachable_cluster_is_tried_again_next_round(svc: Services) -> None:

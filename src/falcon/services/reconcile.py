@@ -176,8 +176,12 @@ def release_kept(services: Services, task_id: str) -> bool:
 
 def _start_failures(services: Services, cluster: Cluster, jobs: list[JobState]) -> dict[str, Outcome]:
     """Jobs whose pods can never start, by name. Two calls per cluster (its Falcon pods and its
-    Warning events), and only while one of its Jobs has pods that are not all ready."""
-    unready = [j for j in jobs if not j.finished and j.ready < j.parallelism]
+    Warning events), and only while one of its Jobs has a pod not started: active but not
+    ready, or not created (a FailedCreate). A Job whose pods all ended, and whose condition the
+    Job controller has not set yet (at scale, one most rounds), needs neither call."""
+    unready = [
+        j for j in jobs if not j.finished and (j.ready < j.active or j.active + j.succeeded < j.parallelism)
+    ]
     if not unready:
         return {}
     gateway = services.jobs(cluster)
