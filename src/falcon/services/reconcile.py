@@ -300,8 +300,8 @@ def reap_idle_pools(
     the idle spells priced by earlier rounds (the caller keeps it across rounds; this updates
     it), each priced once (``_priced``). ``confirmed``: when each deletion was last confirmed,
     kept the same way, so that each is confirmed once per ``poll_seconds`` (``_confirm_due``).
-    The GKE calls go one cluster after another through ``fan_out``: each is a round trip, and
-    a cluster's calls wait for its lock (``ask_delete``), never another cluster's."""
+    Each cluster's GKE calls are made in turn, the clusters' at once through ``fan_out``: each
+    call is a round trip, and waits for its own cluster's lock (``ask_delete``), never another's."""
     now = services.clock.now()
     if pools is None:
         pools = services.store.pools_in([PoolState.IDLE, PoolState.DELETING])
