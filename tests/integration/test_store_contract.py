@@ -197,6 +197,23 @@ def test_running_tasks_are_the_phase_running_ones_with_their_rows(
     )
 
 
+def test_running_changes_are_the_tasks_running_since_a_moment_the_aborting_ones_and_the_count(
+    store: TaskStore, upstream: Upstream
+) -> None:
+    for task_id, at in (("early", T0), ("late", T2)):
+        acquiring(store, upstream, task_id)
+        assert store.mark_dispatched(task_id, f"falcon-{task_id}", f"uid-{task_id}", "dispatched", at)
+        assert store.mark_running(task_id, "running", at)
+    acquiring(store, upstream, "acquires")
+    assert upstream.abort("early")
+    assert upstream.abort("acquires")  # aborting, but not running
+    changes = store.running_changes(T1)
+    assert [task.id for task in changes.new] == ["late"]
+    assert changes.new == [RunningTask.of(row(store, "late"), Q)]
+    assert (changes.aborting, changes.count) == ({"early"}, 2)
+    assert [task.id for task in store.running_changes(T2).new] == ["late"]  # at the moment: included
+
+
 def test_tasks_returns_only_the_known_ids(store: TaskStore, upstream: Upstream) -> None:
     upstream.insert("t1")
     upstream.insert("t2")

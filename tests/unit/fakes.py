@@ -33,7 +33,15 @@ from falcon.domain.lifecycle import (
     check_phase_move,
 )
 from falcon.domain.messages import Locale
-from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey, RunningTask, Task
+from falcon.domain.model import (
+    Cluster,
+    ClusterStatus,
+    ProvisioningMode,
+    QueueKey,
+    RunningChanges,
+    RunningTask,
+    Task,
+)
 from falcon.domain.node_pools import NodePoolPlan, PoolStatus, ReservationRef
 from falcon.domain.pool_economics import CostPolicy, QueueObservations, fleet_arrival_gaps
 from falcon.domain.scheduling import ReservationCapacity, WaitingTask, pick_next
@@ -113,6 +121,7 @@ class MemoryTaskStore:
         self.pool_delete_asked_at: dict[tuple[str, str], datetime] = {}
         self.pool_deleted_at: dict[tuple[str, str], datetime] = {}
         self.queued_at: dict[str, datetime] = {}  # intake time of each task: its queue's arrivals
+        self.running_at: dict[str, datetime] = {}  # when each task first reached Running
         self.beats: dict[str, datetime] = {}  # run owners' heartbeats
         self.cluster_rows: dict[str, Cluster] = {}
         self.rotation: dict[QueueKey, str] = {}
@@ -148,6 +157,7 @@ class MemoryTaskStore:
             self.pool_delete_asked_at,
             self.pool_deleted_at,
             self.queued_at,
+            self.running_at,
             self.beats,
             self.rotation,
             self.warm,
@@ -303,6 +313,18 @@ class MemoryTaskStore:
         return [p for p in self.progress.values() if p.phase in phases]
 
     def running_tasks(self) -> list[RunningTask]:
+        return self._running()
+
+    def running_changes(self, since: datetime) -> RunningChanges:
+        with self._tx():
+            running = self._running()
+            return RunningChanges(
+                new=[t for t in running if t.id in self.running_at and self.running_at[t.id] >= since],
+                aborting={t.id for t in running if t.status is Status.ABORTING},
+                count=len(running),
+            )
+
+    def _running(self) -> list[RunningTask]:
         return [
             RunningTask.of(self.rows[p.task_id], p.queue)
             for p in self.progress.values()
@@ -543,6 +565,7 @@ class MemoryTaskStore:
             moved = self._write_task(task_id, [Status.PENDING], {"message": message}, Status.RUNNING, None)
             if moved:
                 self._move_progress(task_id, [Phase.ACQUIRING], Phase.RUNNING, {"lease_id": None})
+                self.running_at.setdefault(task_id, now)
             return moved
 
     def start_releasing(

@@ -328,6 +328,18 @@ class RunningTask:
         return cls(task.id, task.status, task.k8s_job_name, task.dispatched_at, task.timeout_seconds, queue)
 
 
+@dataclass(frozen=True)
+class RunningChanges:
+    """What changed among the running tasks since a moment, for a round that keeps them in
+    memory (``RunningBook``): the tasks that reached Running since then, the running ones
+    upstream set to Aborting, and how many are running in all (read together, so the count
+    says whether the memory still holds them all)."""
+
+    new: list[RunningTask]
+    aborting: set[str]
+    count: int
+
+
 class ProvisioningMode(StrEnum):
     RESERVATION = "reservation"
     FLEX_START = "flex_start"

@@ -38,6 +38,7 @@ from falcon.services.intake import take_in
 from falcon.services.ports import Clock
 from falcon.services.queueing import MessageWrite, Pick, QueueBook, schedule
 from falcon.services.releases_beside import ReleasesBeside
+from falcon.services.running_book import RunningBook
 from falcon.services.warming import Warmer
 
 logger = logging.getLogger(__name__)
@@ -230,6 +231,7 @@ class Dispatcher:
         self._warmer = Warmer(services)
         self._unlaunched: dict[str, float] = {}  # picks seen with no run recorded yet (supervise_runs)
         self._priced: reconcile.PricedSpells = {}  # the idle pools as the reaper priced them
+        self._running = RunningBook()  # the running tasks as the last round read them
         self._confirmed: reconcile.ConfirmedAt = {}  # when the reaper last confirmed each deletion
         self._next_fire: datetime | None = None  # the next tidal warm-pool fire: reconcile then
         self.on_pool_offered: Callable[[], None] = lambda: None  # the deployed flow nudges its tick loop
@@ -369,7 +371,9 @@ class Dispatcher:
         clusters = {c.id: c for c in svc.store.clusters()}
         waiting = self._waiting_counts
         waited_for = {queue.cluster_id for queue in waiting}
-        followed = reconcile.follow_running(svc, clusters, waited_for, self._fan_out)
+        running = self._running.read(svc.store, svc.clock.now())
+        followed = reconcile.follow_running(svc, clusters, waited_for, self._fan_out, running)
+        self._running.forget(followed.ended + followed.left)
         report.ended, report.offered = followed.ended, followed.offered
         if followed.offered:
             self.on_pool_offered()  # a waiting task may take it: pick now, not at the next tick

@@ -92,19 +92,25 @@ class Followed:
     ended: list[str]  # running tasks whose Job ended, vanished, timed out or was aborted
     unreachable: dict[str, str]  # cluster id -> why its Kubernetes API did not answer this round
     offered: list[str] = field(default_factory=list)  # ended tasks whose pool was kept for the queue
+    left: list[str] = field(default_factory=list)  # tasks another step had moved out of running
 
 
 def follow_running(
-    services: Services, clusters: Clusters, waited_for: Set[str] = frozenset(), fan_out: FanOut = map
+    services: Services,
+    clusters: Clusters,
+    waited_for: Set[str] = frozenset(),
+    fan_out: FanOut = map,
+    running: Sequence[RunningTask] | None = None,
 ) -> Followed:
-    """One database read and one Job list per cluster with running tasks or in ``waited_for``
+    """One Job list per cluster with running tasks or in ``waited_for``
     (clusters tasks wait for: the same list tells whether they answer; the dispatcher's list is
     answered from a watch, ``JobWatch``); every running task whose Job ended, vanished, timed
     out, was aborted or has pods that can never start moves to releasing. A Job that ended by
     itself has its pool settled at once (``offer_freed_pool``); when the pool was kept, the task
-    is ``offered``, for ``release_kept`` to end. The clusters are followed through ``fan_out``."""
+    is ``offered``, for ``release_kept`` to end. The clusters are followed through ``fan_out``.
+    ``running``: the running tasks, when the caller keeps them (``RunningBook``); else read."""
     by_cluster: dict[str, list[RunningTask]] = {cluster_id: [] for cluster_id in waited_for}
-    for task in services.store.running_tasks():
+    for task in services.store.running_tasks() if running is None else running:
         by_cluster.setdefault(task.queue.cluster_id if task.queue else "", []).append(task)
     work = [(clusters[c], tasks) for c, tasks in by_cluster.items() if c in clusters]
     followed = Followed([], {})
@@ -112,6 +118,7 @@ def follow_running(
         followed.ended.extend(part.ended)
         followed.unreachable.update(part.unreachable)
         followed.offered.extend(part.offered)
+        followed.left.extend(part.left)
     return followed
 
 
@@ -137,7 +144,10 @@ def _follow_cluster(services: Services, cluster: Cluster, tasks: list[RunningTas
             except FalconError:
                 continue  # its Job's state unknown this round: followed at the next
         outcome = _running_outcome(services, cluster, task, job) or blocked.get(task.k8s_job_name or "")
-        if not outcome or not record_outcome(services, task.id, outcome, [Phase.RUNNING]):
+        if not outcome:
+            continue
+        if not record_outcome(services, task.id, outcome, [Phase.RUNNING]):
+            followed.left.append(task.id)
             continue
         followed.ended.append(task.id)
         pods_done = job is not None and job.finished and job.active == 0

@@ -13,7 +13,7 @@ from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import session_scope
 from falcon.adapters.metrics import IN_DATABASE
 from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState, Progress, Snapshot
-from falcon.domain.model import Cluster, QueueKey, RunningTask, Task
+from falcon.domain.model import Cluster, QueueKey, RunningChanges, RunningTask, Task
 from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.status import Reason, Status
 from falcon.domain.warm_pools import WarmRule
@@ -83,6 +83,10 @@ class SqlTaskStore:
     def running_tasks(self) -> list[RunningTask]:
         with self._tx() as s:
             return repo.running_tasks(s)
+
+    def running_changes(self, since: datetime) -> RunningChanges:
+        with self._tx() as s:
+            return repo.running_changes(s, since)
 
     def waiting_count(self, queue: QueueKey, up_to: int) -> int:
         with self._tx() as s:

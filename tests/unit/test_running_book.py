@@ -1,0 +1,131 @@
+"""The round's running tasks in memory (``RunningBook``): what changed is read, and every row
+only at start, when the count says the book is wrong, and every FULL_READ_SECONDS."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+from tests.unit.fakes import (
+    MemoryTaskStore,
+    cluster,
+    clusters_of,
+    k8s_of,
+    make_services,
+    one_cluster,
+    running,
+)
+
+from falcon.domain.lifecycle import Phase, succeeded
+from falcon.domain.model import RunningTask, k8s_job_name_for
+from falcon.domain.status import Status
+from falcon.services import reconcile
+from falcon.services.context import Services
+from falcon.services.release import record_outcome
+from falcon.services.running_book import FULL_READ_SECONDS, OVERLAP, RunningBook
+
+
+class CountingStore(MemoryTaskStore):
+    """The fake store, counting the reads of every running row."""
+
+    full_reads = 0
+
+    def running_tasks(self) -> list[RunningTask]:
+        self.full_reads += 1
+        return super().running_tasks()
+
+
+def _services() -> tuple[Services, CountingStore]:
+    svc = make_services()
+    store = CountingStore(svc.clock)
+    store.add_cluster(cluster("c1"))
+    return replace(svc, store=store), store
+
+
+def _read(book: RunningBook, svc: Services) -> list[str]:
+    return sorted(task.id for task in book.read(svc.store, svc.clock.now()))
+
+
+def test_the_first_read_is_every_row_and_the_next_only_what_reached_running_since() -> None:
+    svc, store = _services()
+    running(svc, "t1")
+    book = RunningBook()
+    assert _read(book, svc) == ["t1"]
+    svc.clock.advance(1)
+    running(svc, "t2")
+    svc.clock.advance(1)
+    assert _read(book, svc) == ["t1", "t2"]
+    assert _read(book, svc) == ["t1", "t2"]
+    assert store.full_reads == 1
+
+
+def test_an_upstream_abort_reaches_a_task_the_book_holds_without_reading_every_row() -> None:
+    svc, store = _services()
+    running(svc, "t1")
+    running(svc, "t2")
+    book = RunningBook()
+    _read(book, svc)
+    svc.clock.advance(30)  # long past the overlap: t1 is not read as new again
+    assert svc.store.request_abort("t1")
+    tasks = {task.id: task.status for task in book.read(svc.store, svc.clock.now())}
+    assert tasks == {"t1": Status.ABORTING, "t2": Status.RUNNING}
+    assert store.full_reads == 1
+
+
+def test_the_tasks_the_round_ended_are_forgotten() -> None:
+    svc, store = _services()
+    running(svc, "t1")
+    running(svc, "t2")
+    book = RunningBook()
+    _read(book, svc)
+    assert record_outcome(svc, "t1", succeeded(svc.say), [Phase.RUNNING])
+    book.forget(["t1"])
+    svc.clock.advance(1)
+    assert _read(book, svc) == ["t2"]
+    assert store.full_reads == 1
+
+
+def test_a_task_another_step_moved_out_of_running_sends_the_book_back_to_every_row() -> None:
+    svc, store = _services()
+    running(svc, "t1")
+    running(svc, "t2")
+    book = RunningBook()
+    _read(book, svc)
+    assert record_outcome(svc, "t1", succeeded(svc.say), [Phase.RUNNING])  # not told to the book
+    svc.clock.advance(1)
+    assert _read(book, svc) == ["t2"]
+    assert store.full_reads == 2
+
+
+def test_a_task_that_reached_running_before_the_overlap_is_found_by_the_count() -> None:
+    svc, store = _services()
+    book = RunningBook()
+    assert _read(book, svc) == []
+    svc.clock.advance(2 * OVERLAP.total_seconds())  # the full read not due yet
+    running(svc, "late")
+    store.running_at["late"] -= timedelta(minutes=2)  # its writer's clock behind, or a slow commit
+    assert _read(book, svc) == ["late"]
+    assert store.full_reads == 2
+
+
+def test_every_row_is_read_again_once_the_full_read_period_is_over() -> None:
+    svc, store = _services()
+    running(svc, "t1")
+    book = RunningBook()
+    _read(book, svc)
+    svc.clock.advance(FULL_READ_SECONDS - 1)
+    _read(book, svc)
+    assert store.full_reads == 1
+    svc.clock.advance(1)
+    _read(book, svc)
+    assert store.full_reads == 2
+
+
+def test_a_task_held_in_the_book_that_another_step_ended_is_reported_left_not_ended() -> None:
+    svc = one_cluster()
+    running(svc, "t1")
+    held = svc.store.running_tasks()
+    assert record_outcome(svc, "t1", succeeded(svc.say), [Phase.RUNNING])  # say, a second dispatcher
+    k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
+    followed = reconcile.follow_running(svc, clusters_of(svc), running=held)
+    assert (followed.ended, followed.left) == ([], ["t1"])
