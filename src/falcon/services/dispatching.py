@@ -368,10 +368,11 @@ class Dispatcher:
 
     def _reconcile(self, report: TickReport, laps: Laps) -> None:
         svc = self.services
-        clusters = {c.id: c for c in svc.store.clusters()}
+        with svc.store.together() as store:  # one transaction: a commit's round trip is most of each read
+            clusters = {c.id: c for c in store.clusters()}
+            running = self._running.read(store, svc.clock.now())
         waiting = self._waiting_counts
         waited_for = {queue.cluster_id for queue in waiting}
-        running = self._running.read(svc.store, svc.clock.now())
         followed = reconcile.follow_running(svc, clusters, waited_for, self._fan_out, running)
         self._running.forget(followed.ended + followed.left)
         report.ended, report.offered = followed.ended, followed.offered
