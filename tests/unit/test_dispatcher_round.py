@@ -110,6 +110,38 @@ def test_the_reaper_asks_gke_about_each_cluster_at_once_in_the_rounds_context() 
     assert svc.node_pools.pools == {}  # type: ignore[attr-defined]  # GKE still had both: asked again
 
 
+def test_the_round_leaves_the_reapers_gke_calls_beside_it_and_adds_none_while_a_clusters_are_under_way() -> (
+    None
+):
+    """A GKE answer can take a second: the round goes on without it, and a later round does not
+    pile a second call for the same cluster on the one still waiting."""
+    svc = make_services()
+    svc.store.add_cluster(cluster("c1"))  # type: ignore[attr-defined]
+    svc.node_pools.add_existing(clusters_of(svc)["c1"], "falcon-marked")  # type: ignore[attr-defined]
+    svc.store.add_pool(replace(idle_pool("falcon-marked"), state=PoolState.DELETING))  # type: ignore[attr-defined]
+    asked, answer, calls = threading.Event(), threading.Event(), []
+    get = svc.node_pools.get
+
+    def slow_get(*args: Any) -> Any:
+        calls.append(args)
+        asked.set()
+        assert answer.wait(timeout=2)
+        return get(*args)
+
+    svc.node_pools.get = slow_get  # type: ignore[method-assign]
+    dispatcher = Dispatcher(svc)
+    try:
+        dispatcher.reconcile()  # returns with GKE's answer still to come (waiting, it would fail)
+        assert asked.wait(timeout=5)
+        svc.clock.advance(10 * svc.settings.poll_seconds)  # type: ignore[attr-defined]  # confirming due again
+        dispatcher.reconcile()
+    finally:
+        answer.set()
+        dispatcher.close()
+    assert len(calls) == 1
+    assert svc.node_pools.pools == {}  # type: ignore[attr-defined]  # GKE still had it: asked again, deleted
+
+
 def test_orphan_sweeps_and_the_view_are_housekeepings_each_when_due_never_the_rounds() -> None:
     svc = make_services(view_seconds=10.0, orphan_scan_seconds=60.0)
     svc.store.add_cluster(cluster("c1"))  # type: ignore[attr-defined]

@@ -37,6 +37,7 @@ from falcon.services.health import Verdict, liveness
 from falcon.services.intake import take_in
 from falcon.services.ports import Clock
 from falcon.services.queueing import MessageWrite, Pick, QueueBook, schedule
+from falcon.services.reaper_beside import ReaperCallsBeside
 from falcon.services.releases_beside import ReleasesBeside
 from falcon.services.running_book import RunningBook
 from falcon.services.warming import Warmer
@@ -214,6 +215,7 @@ class Dispatcher:
         self._round_work = ThreadPoolExecutor(max_workers=ROUND_THREADS, thread_name_prefix="round")
         self._fan_out = reconcile.fan_out_on(self._round_work)
         self._releases = ReleasesBeside(partial(reconcile.release_kept, services), ROUND_THREADS)
+        self._reaper_calls = ReaperCallsBeside(ROUND_THREADS)
         settings = services.settings
         self._refresh = Every(settings.queue_refresh_seconds)
         self._checks_since_reload = 0
@@ -287,11 +289,12 @@ class Dispatcher:
             return report
 
     def close(self) -> None:
-        """Wait for launches and releases under way and the Messages handed over; the dispatcher
-        is not used afterwards."""
+        """Wait for launches, releases and the reaper's calls under way and the Messages handed
+        over; the dispatcher is not used afterwards."""
         self._launches.shutdown(wait=True)
         self._round_work.shutdown(wait=True)
         self._releases.close()
+        self._reaper_calls.close()
         if self._messages is not None:
             self._messages.close()
 
@@ -392,7 +395,14 @@ class Dispatcher:
         targets = warm_targets(rules, now)
         warm = {queue: target.pools for queue, target in targets.items()}
         report.reaped = reconcile.reap_idle_pools(
-            svc, clusters, dict(takers), warm, pools, self._priced, self._confirmed, self._fan_out
+            svc,
+            clusters,
+            dict(takers),
+            warm,
+            pools,
+            self._priced,
+            self._confirmed,
+            self._reaper_calls.hand_over,
         )
         laps.lap("reap")
         self._next_fire = next_change(rules, now)

@@ -43,6 +43,7 @@ from falcon.services.acquisition import cannot_start
 from falcon.services.context import Services, stage_of, tell_moved
 from falcon.services.pool_deletion import ask_delete
 from falcon.services.ports import ClusterJobs
+from falcon.services.reaper_beside import Calls, one_cluster_after_another
 from falcon.services.release import observed, offer_freed_pool, record_outcome, release
 
 logger = logging.getLogger(__name__)
@@ -300,7 +301,7 @@ def reap_idle_pools(
     pools: Sequence[NodePool] | None = None,
     priced: PricedSpells | None = None,
     confirmed: ConfirmedAt | None = None,
-    fan_out: FanOut = map,
+    make_calls: Callable[[Calls], None] = one_cluster_after_another,
 ) -> list[str]:
     """Delete idle pools kept longer than the keeping policy finds them worth for their queue
     (design §5: never kept forever), but never below a queue's tidal ``warm`` target; confirm
@@ -310,8 +311,10 @@ def reap_idle_pools(
     the idle spells priced by earlier rounds (the caller keeps it across rounds; this updates
     it), each priced once (``_priced``). ``confirmed``: when each deletion was last confirmed,
     kept the same way, so that each is confirmed once per ``poll_seconds`` (``_confirm_due``).
-    Each cluster's GKE calls are made in turn, the clusters' at once through ``fan_out``: each
-    call is a round trip, and waits for its own cluster's lock (``ask_delete``), never another's."""
+    The GKE calls (asking for the deletions, confirming them), each cluster's to be made in turn,
+    go to ``make_calls``: the dispatcher makes them beside its round (``ReaperCallsBeside``),
+    the clusters' at once; each is a round trip, and waits for its own cluster's lock
+    (``ask_delete``), never another's."""
     now = services.clock.now()
     if pools is None:
         pools = services.store.pools_in([PoolState.IDLE, PoolState.DELETING])
@@ -327,13 +330,8 @@ def reap_idle_pools(
     for p in _confirm_due(services, deleting, confirmed):
         if cluster := clusters.get(p.cluster_id):
             calls.setdefault(p.cluster_id, []).append(partial(_confirm_deleted, services, cluster, p.name))
-    list(fan_out(_one_after_another, calls.values()))
+    make_calls(calls)
     return reaped
-
-
-def _one_after_another(calls: list[Callable[[], None]]) -> None:
-    for call in calls:
-        call()
 
 
 def _confirm_due(
