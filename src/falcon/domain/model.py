@@ -313,8 +313,9 @@ class Task:
 @dataclass(frozen=True)
 class RunningTask:
     """What following a running task's Job needs of its row and its progress (the queue it runs
-    in). The reconcile round reads every running row each second; their spec and Message, most
-    of a row's bytes, and the rest of their progress stay unread."""
+    in). The reconcile round keeps these for every running task and reads the new ones each
+    second; their spec and Message, most of a row's bytes, and the rest of their progress stay
+    unread."""
 
     id: str
     status: Status
