@@ -650,17 +650,15 @@ def running_tasks(session: Session, since: datetime | None = None) -> list[Runni
 def running_changes(session: Session, since: datetime) -> RunningChanges:
     """The tasks that reached Running since ``since`` (its running_at), the running ones upstream
     set to Aborting (few: found on the job table's status index), and how many run in all (an
-    aggregate: no row crosses the wire)."""
-    running = TaskProgressRow.phase == Phase.RUNNING.value
-    aborting = (
-        sa.select(TaskProgressRow.task_id)
-        .join(JobRow, JobRow.id == TaskProgressRow.task_id)
-        .where(JobRow.status == Status.ABORTING.value, running)
-    )
+    aggregate: no row crosses the wire). Each joins the job table as ``running_tasks`` does, so
+    that a progress row whose job row upstream deleted counts nowhere."""
+    running = sa.select(TaskProgressRow.task_id).join(JobRow, JobRow.id == TaskProgressRow.task_id)
+    running = running.where(TaskProgressRow.phase == Phase.RUNNING.value)
+    aborting = running.where(JobRow.status == Status.ABORTING.value)
     return RunningChanges(
         new=running_tasks(session, since),
         aborting=set(session.scalars(aborting)),
-        count=session.scalar(sa.select(sa.func.count()).where(running)) or 0,
+        count=session.scalar(sa.select(sa.func.count()).select_from(running.subquery())) or 0,
     )
 
 
