@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -110,20 +111,20 @@ def test_the_reaper_asks_gke_about_each_cluster_at_once_in_the_rounds_context() 
     assert svc.node_pools.pools == {}  # type: ignore[attr-defined]  # GKE still had both: asked again
 
 
-def test_the_round_leaves_the_reapers_gke_calls_beside_it_and_adds_none_while_a_clusters_are_under_way() -> (
+def test_the_round_leaves_the_reapers_gke_calls_beside_it_and_a_clusters_next_wait_for_those_under_way() -> (
     None
 ):
-    """A GKE answer can take a second: the round goes on without it, and a later round does not
-    pile a second call for the same cluster on the one still waiting."""
+    """A GKE answer can take a second: the round goes on without it, and a later round's calls
+    for the same cluster start once the ones under way are done, never beside them."""
     svc = make_services()
     svc.store.add_cluster(cluster("c1"))  # type: ignore[attr-defined]
     svc.node_pools.add_existing(clusters_of(svc)["c1"], "falcon-marked")  # type: ignore[attr-defined]
     svc.store.add_pool(replace(idle_pool("falcon-marked"), state=PoolState.DELETING))  # type: ignore[attr-defined]
-    asked, answer, calls = threading.Event(), threading.Event(), []
+    asked, answer, answered_before = threading.Event(), threading.Event(), []
     get = svc.node_pools.get
 
     def slow_get(*args: Any) -> Any:
-        calls.append(args)
+        answered_before.append(answer.is_set())
         asked.set()
         assert answer.wait(timeout=2)
         return get(*args)
@@ -135,10 +136,16 @@ def test_the_round_leaves_the_reapers_gke_calls_beside_it_and_adds_none_while_a_
         assert asked.wait(timeout=5)
         svc.clock.advance(10 * svc.settings.poll_seconds)  # type: ignore[attr-defined]  # confirming due again
         dispatcher.reconcile()
+        assert answered_before == [False]  # the second round's call waits for the first
+        answer.set()
+        deadline = time.monotonic() + 5
+        while len(answered_before) < 2:
+            assert time.monotonic() < deadline, "the waiting calls never ran"
+            time.sleep(0.01)
     finally:
         answer.set()
         dispatcher.close()
-    assert len(calls) == 1
+    assert answered_before == [False, True]
     assert svc.node_pools.pools == {}  # type: ignore[attr-defined]  # GKE still had it: asked again, deleted
 
 

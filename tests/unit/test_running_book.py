@@ -42,6 +42,16 @@ def _services() -> tuple[Services, CountingStore]:
     return replace(svc, store=store), store
 
 
+def _two_running_read_once() -> tuple[Services, CountingStore, RunningBook]:
+    """t1 and t2 running, and a book that read them (its one full read)."""
+    svc, store = _services()
+    running(svc, "t1")
+    running(svc, "t2")
+    book = RunningBook()
+    _read(book, svc)
+    return svc, store, book
+
+
 def _read(book: RunningBook, svc: Services) -> list[str]:
     return sorted(task.id for task in book.read(svc.store, svc.clock.now()))
 
@@ -60,11 +70,7 @@ def test_the_first_read_is_every_row_and_the_next_only_what_reached_running_sinc
 
 
 def test_an_upstream_abort_reaches_a_task_the_book_holds_without_reading_every_row() -> None:
-    svc, store = _services()
-    running(svc, "t1")
-    running(svc, "t2")
-    book = RunningBook()
-    _read(book, svc)
+    svc, store, book = _two_running_read_once()
     svc.clock.advance(30)  # long past the overlap: t1 is not read as new again
     assert svc.store.request_abort("t1")
     tasks = {task.id: task.status for task in book.read(svc.store, svc.clock.now())}
@@ -73,11 +79,7 @@ def test_an_upstream_abort_reaches_a_task_the_book_holds_without_reading_every_r
 
 
 def test_the_tasks_the_round_ended_are_forgotten() -> None:
-    svc, store = _services()
-    running(svc, "t1")
-    running(svc, "t2")
-    book = RunningBook()
-    _read(book, svc)
+    svc, store, book = _two_running_read_once()
     assert record_outcome(svc, "t1", succeeded(svc.say), [Phase.RUNNING])
     book.forget(["t1"])
     svc.clock.advance(1)
@@ -86,11 +88,7 @@ def test_the_tasks_the_round_ended_are_forgotten() -> None:
 
 
 def test_a_task_another_step_moved_out_of_running_sends_the_book_back_to_every_row() -> None:
-    svc, store = _services()
-    running(svc, "t1")
-    running(svc, "t2")
-    book = RunningBook()
-    _read(book, svc)
+    svc, store, book = _two_running_read_once()
     assert record_outcome(svc, "t1", succeeded(svc.say), [Phase.RUNNING])  # not told to the book
     svc.clock.advance(1)
     assert _read(book, svc) == ["t2"]

@@ -5,9 +5,11 @@ round trip per pool, and a call that waits for its cluster's lock. At scale, wit
 every few seconds, those calls were most of the round's ``reap`` step, and its tail was GKE's
 (a second for one answer). They need no answer within the round: the marks are in the database
 first, and a deletion's end is written by the call that sees it. So the round hands each
-cluster's calls over here and goes on. A cluster whose calls from an earlier round are still
-under way gets none more: the next round that finds its pools due calls again (a marked pool not
-yet asked for is asked again when its deletion is confirmed: ``reconcile._confirm_deleted``).
+cluster's calls over here and goes on. Each cluster's calls run one batch at a time, as the
+cluster's lock and GKE's one operation per cluster would have them anyway: a round's calls for a
+cluster whose earlier ones are still under way (GKE slow to answer) wait for them, and a later
+round's supersede them: that round confirms, and so asks GKE again for, every pool marked since
+(none was confirmed yet), and the rest come back at their next confirmation.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import contextvars
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
 logger = logging.getLogger(__name__)
 
@@ -35,28 +37,46 @@ class ReaperCallsBeside:
     def __init__(self, threads: int) -> None:
         self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="reap")
         self._lock = threading.Lock()
-        self._under_way: dict[str, Future[None]] = {}
+        self._busy: set[str] = set()  # clusters whose calls are under way
+        self._next: dict[str, tuple[contextvars.Context, Sequence[Callable[[], None]]]] = {}
+        self._closing = False
 
     def hand_over(self, calls: Calls) -> None:
         """Start each cluster's calls in a copy of the caller's context (its logs reach the same
-        flow run), unless that cluster's calls from before are still under way."""
+        flow run), or once that cluster's calls under way are done."""
         with self._lock:
             for cluster_id, cluster_calls in calls.items():
-                earlier = self._under_way.get(cluster_id)
-                if cluster_calls and (earlier is None or earlier.done()):
-                    run = contextvars.copy_context().run
-                    self._under_way[cluster_id] = self._threads.submit(run, self._guarded, cluster_calls)
+                if not cluster_calls or self._closing:
+                    continue
+                if cluster_id in self._busy:
+                    self._next[cluster_id] = (contextvars.copy_context(), cluster_calls)
+                else:
+                    self._start(cluster_id, contextvars.copy_context(), cluster_calls)
 
     def close(self) -> None:
-        """Wait for the calls under way."""
+        """Wait for the calls under way; those still waiting for them are dropped."""
+        with self._lock:
+            self._closing = True
+            self._next.clear()
         self._threads.shutdown(wait=True)
 
-    @staticmethod
-    def _guarded(calls: Sequence[Callable[[], None]]) -> None:
+    def _start(
+        self, cluster_id: str, context: contextvars.Context, calls: Sequence[Callable[[], None]]
+    ) -> None:
+        self._busy.add(cluster_id)
+        self._threads.submit(context.run, self._run, cluster_id, calls)
+
+    def _run(self, cluster_id: str, calls: Sequence[Callable[[], None]]) -> None:
         try:
             _in_turn(calls)
         except Exception:  # a database outage, or a defect: the next round calls again
-            logger.exception("event=reaper_calls_failed")
+            logger.exception("event=reaper_calls_failed cluster_id=%s", cluster_id)
+        finally:
+            with self._lock:
+                self._busy.discard(cluster_id)
+                waiting = self._next.pop(cluster_id, None)
+                if waiting is not None and not self._closing:
+                    self._start(cluster_id, *waiting)
 
 
 def _in_turn(calls: Sequence[Callable[[], None]]) -> None:
