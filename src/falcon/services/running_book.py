@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from falcon.domain.model import RunningTask
 from falcon.domain.status import Status
@@ -34,6 +34,8 @@ OVERLAP = timedelta(seconds=10)
 # Every running row is read again at least this often (dispatcher clock seconds).
 FULL_READ_SECONDS = 60.0
 
+_NEVER = datetime.min.replace(tzinfo=UTC)  # before the first read: a full one is due
+
 
 class RunningBook:
     """The running tasks by id. ``read`` brings it up to date; ``forget`` drops tasks the round
@@ -42,19 +44,17 @@ class RunningBook:
     def __init__(self, full_read_seconds: float = FULL_READ_SECONDS) -> None:
         self._tasks: dict[str, RunningTask] = {}
         self._full_read_seconds = full_read_seconds
-        self._read_at: datetime | None = None  # dispatcher clock, at the last read
-        self._full_at: datetime | None = None  # ... and at the last full one
+        self._read_at = _NEVER  # dispatcher clock, at the last read
+        self._full_at = _NEVER  # ... and at the last full one
 
     def read(self, store: TaskStore, now: datetime) -> list[RunningTask]:
         """The running tasks now: what changed since the last read, or every row when due."""
-        due = self._full_at is None or (now - self._full_at).total_seconds() >= self._full_read_seconds
-        if due or self._read_at is None:
+        if (now - self._full_at).total_seconds() >= self._full_read_seconds:
             return self._read_all(store, now)
         changes = store.running_changes(self._read_at - OVERLAP)
         self._tasks.update((task.id, task) for task in changes.new)
         for task_id in changes.aborting & self._tasks.keys():
-            if self._tasks[task_id].status is not Status.ABORTING:
-                self._tasks[task_id] = replace(self._tasks[task_id], status=Status.ABORTING)
+            self._tasks[task_id] = replace(self._tasks[task_id], status=Status.ABORTING)
         if changes.count != len(self._tasks) or not changes.aborting <= self._tasks.keys():
             logger.info("event=running_book_drift book=%d running=%d", len(self._tasks), changes.count)
             return self._read_all(store, now)
