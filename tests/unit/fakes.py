@@ -987,6 +987,7 @@ class JobScript:
     never_running: bool = False
     waiting_reason: str | None = None  # while Pending: ContainerCreating, ImagePullBackOff...
     waiting_message: str = ""
+    unschedulable: str | None = None  # while Pending: the scheduler's word (e.g. nodes not up yet)
     complete: bool = False
     pods_succeeded: bool = False  # every pod succeeded; the Job controller has not set a condition yet
     failed_condition: str | None = None
@@ -1041,8 +1042,11 @@ class _Job:
         phase = "Running" if self.running else "Pending"
         reason = None if self.running else s.waiting_reason
         message = "" if self.running else s.waiting_message
+        unschedulable = None if self.running else s.unschedulable
         return [
-            PodState(f"{self.name}-{i}", phase, reason, [], None, message, self.created_at, self.name)
+            PodState(
+                f"{self.name}-{i}", phase, reason, [], unschedulable, message, self.created_at, self.name
+            )
             for i in range(self.created)
         ]
 

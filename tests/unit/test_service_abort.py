@@ -362,6 +362,20 @@ def test_a_round_reads_no_pods_or_events_for_jobs_whose_pods_all_ended(svc: Serv
     assert reconcile.follow_running(svc, clusters_of(svc)).ended == ["t1"]
 
 
+def test_a_round_reads_the_warning_events_only_for_pods_they_could_end(svc: Services) -> None:
+    """A running task's pod replaced and waiting for a node (its FailedScheduling events can end
+    nothing) costs the round its pods and not the namespace's Warning events; once it waits on
+    its node (a mount, a pull), the events are read."""
+    running(svc, "t1")
+    replaced = k8s_of(svc).job(JOB).script
+    replaced.never_running, replaced.unschedulable = True, "0/1 nodes are available"
+    assert reconcile.follow_running(svc, clusters_of(svc)).ended == []
+    assert (k8s_of(svc).count("pods_of_jobs"), k8s_of(svc).count("warning_events")) == (1, 0)
+    replaced.unschedulable, replaced.waiting_reason = None, "ContainerCreating"
+    assert reconcile.follow_running(svc, clusters_of(svc)).ended == []
+    assert (k8s_of(svc).count("pods_of_jobs"), k8s_of(svc).count("warning_events")) == (2, 1)
+
+
 def test_unreachable_cluster_is_tried_again_next_round(svc: Services) -> None:
     running(svc, "t1")
     k8s_of(svc).job(JOB).script.complete = True

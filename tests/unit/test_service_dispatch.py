@@ -205,6 +205,25 @@ def test_message_changes_are_written_each_time() -> None:
     assert svc.store.task("t1").message.endswith(f"(0/1 running): Pod {JOB}-0 waiting: ErrImagePull")
 
 
+def test_pods_waiting_for_their_nodes_are_polled_without_reading_the_warning_events() -> None:
+    """A flex-start slice's pods wait minutes for their nodes, each with a FailedScheduling event:
+    no Warning event can end such a task, so none is listed, however long the wait."""
+    svc, view, pool = ready_task("2x4")
+    k8s_of(svc).script(JOB, running_after=5, unschedulable="0/1 nodes are available")
+    dispatch(svc, view, pool)
+    assert wait_pods_running(svc, load_view(svc, "t1"), JOB) == 2
+    assert k8s_of(svc).count("job_pods") == 6
+    assert k8s_of(svc).count("warning_events") == 0
+
+
+def test_pods_waiting_on_their_node_are_polled_with_the_warning_events() -> None:
+    svc, view, pool = ready_task()
+    k8s_of(svc).script(JOB, running_after=2, waiting_reason="ContainerCreating")
+    dispatch(svc, view, pool)
+    wait_pods_running(svc, load_view(svc, "t1"), JOB)
+    assert k8s_of(svc).count("warning_events") == 2
+
+
 def test_completed_job_returns() -> None:
     svc, view, pool = ready_task()
     k8s_of(svc).script(JOB, complete=True)

@@ -6,8 +6,17 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from falcon.domain.workloads import ClusterEvent, JobState, PodState, StartGrace, start_failure
+from falcon.domain.workloads import (
+    ClusterEvent,
+    JobState,
+    PodState,
+    StartGrace,
+    events_may_decide,
+    start_failure,
+)
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 GRACE = StartGrace(image_pull=timedelta(seconds=60), mount=timedelta(seconds=300))
@@ -94,3 +103,65 @@ def test_running_pods_and_other_pods_events_do_not_end_the_task() -> None:
     running = PodState("j-1-def", "Running")
     events = [event("Pod", "FailedMount", "code = PermissionDenied", 0, name="someone-else")]
     assert start_failure(job(active=2), [pod(), running], events, NOW, GRACE) is None
+
+
+# When a caller may skip the Warning events (``events_may_decide``): named cases, then the
+# property that skipping them never changes the answer.
+
+
+def test_events_are_needed_while_the_job_lacks_pods() -> None:
+    assert events_may_decide(job(active=1), [PodState("j-1-def", "Running")])
+
+
+def test_events_are_needed_for_a_pod_pending_on_its_node() -> None:
+    assert events_may_decide(job(active=2), [pod(), PodState("j-1-def", "Running")])
+
+
+def test_no_events_are_needed_for_pods_that_run_or_wait_for_a_node() -> None:
+    waiting_for_a_node = PodState("j-0-abc", "Pending", unschedulable="0/3 nodes are available")
+    assert not events_may_decide(job(active=2), [waiting_for_a_node, PodState("j-1-def", "Running")])
+    assert not events_may_decide(
+        job(active=2), [PodState("j-0-abc", "Succeeded"), PodState("j-1-def", "Running")]
+    )
+
+
+_pods = st.builds(
+    PodState,
+    name=st.sampled_from(["j-0-abc", "j-1-def"]),
+    phase=st.sampled_from(["Pending", "Running", "Succeeded", "Failed"]),
+    waiting_reason=st.sampled_from(
+        [None, "ContainerCreating", "ErrImagePull", "ImagePullBackOff", "InvalidImageName"]
+    ),
+    unschedulable=st.sampled_from([None, "0/3 nodes are available"]),
+    waiting_message=st.sampled_from(["", "not found"]),
+    started=st.sampled_from([None, NOW - timedelta(seconds=90), NOW]),
+)
+_reports = [
+    ("Job", "FailedCreate", FORBIDDEN),
+    ("Pod", "FailedMount", "rpc error: code = PermissionDenied desc = no bucket"),
+    ("Pod", "Failed", 'Failed to pull image "x": not found'),
+    ("Pod", "FailedScheduling", "0/3 nodes are available"),
+]
+_events = st.builds(
+    lambda report, age, pod_name: event(*report, age, name="j" if report[0] == "Job" else pod_name),
+    st.sampled_from(_reports),
+    st.sampled_from([0, 30, 400]),
+    st.sampled_from(["j-0-abc", "j-1-def"]),
+)
+
+
+@settings(max_examples=300)
+@given(
+    active=st.integers(0, 3),
+    parallelism=st.integers(1, 3),
+    pods=st.lists(_pods, max_size=3),
+    events=st.lists(_events, max_size=4),
+)
+def test_skipping_the_events_when_they_may_not_decide_never_changes_the_answer(
+    active: int, parallelism: int, pods: list[PodState], events: list[ClusterEvent]
+) -> None:
+    the_job = job(active=active, parallelism=parallelism)
+    if not events_may_decide(the_job, pods):
+        assert start_failure(the_job, pods, events, NOW, GRACE) == start_failure(
+            the_job, pods, [], NOW, GRACE
+        )

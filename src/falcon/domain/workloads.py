@@ -111,13 +111,28 @@ def start_failure(
         ):
             return f"Job {job.name} FailedCreate: {event.message}"
     for pod in pods:
-        if pod.phase == "Pending":
+        if _on_a_node_and_pending(pod):
             found = _pod_failure(
                 pod, [e for e in events if e.kind == "Pod" and e.name == pod.name], now, grace
             )
             if found:
                 return found
     return None
+
+
+def events_may_decide(job: JobState, pods: Iterable[PodState]) -> bool:
+    """Whether Warning events could change ``start_failure``'s answer for this Job: only while it
+    lacks pods (a FailedCreate) or one of its pods waits on its node (a mount, a pull). Listing
+    them means every Warning event of the namespace, hundreds at scale (each flex-start pod's
+    FailedScheduling while its nodes come up), so a caller that has the Job and its pods asks
+    this first: pods that run, or wait for a node, need none."""
+    return job.active < job.parallelism or any(_on_a_node_and_pending(p) for p in pods)
+
+
+def _on_a_node_and_pending(pod: PodState) -> bool:
+    """Pending with no word of being unschedulable: only such a pod can fail to mount or pull
+    (both happen on a node), or wait on a spec no retry cures."""
+    return pod.phase == "Pending" and pod.unschedulable is None
 
 
 def _pod_failure(pod: PodState, events: list[ClusterEvent], now: datetime, grace: StartGrace) -> str | None:

@@ -47,7 +47,14 @@ from falcon.domain.scheduling import (
 )
 from falcon.domain.status import Reason
 from falcon.domain.topology import SliceShape, resolve_shape
-from falcon.domain.workloads import ClusterEvent, JobState, PodState, StartGrace, start_failure
+from falcon.domain.workloads import (
+    ClusterEvent,
+    JobState,
+    PodState,
+    StartGrace,
+    events_may_decide,
+    start_failure,
+)
 from falcon.services.context import Services
 from falcon.services.pool_deletion import take_back
 from falcon.services.ports import ClusterJobs, TaskStore
@@ -466,7 +473,8 @@ def wait_pods_running(services: Services, view: TaskView, job_name: str) -> int:
             job = jobs.get_job(namespace, job_name)
             pods = jobs.job_pods(namespace, job_name)
             running = sum(1 for p in pods if p.phase == "Running")
-            events = [] if running >= total else jobs.warning_events(namespace)
+            decide = running < total and events_may_decide(job, pods)
+            events = jobs.warning_events(namespace) if decide else []
         except TemporaryError:
             clock.sleep(services.settings.poll_seconds)
             continue

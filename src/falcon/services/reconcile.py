@@ -38,7 +38,7 @@ from falcon.domain.model import NODE_POOL_PREFIX, Cluster, QueueKey, RunningTask
 from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.scheduling import IdlePool, expired_idle_pools
 from falcon.domain.status import TERMINAL, Reason, Status
-from falcon.domain.workloads import JobState
+from falcon.domain.workloads import JobState, events_may_decide
 from falcon.services.acquisition import cannot_start
 from falcon.services.context import Services, stage_of, tell_moved
 from falcon.services.pool_deletion import ask_delete
@@ -186,10 +186,10 @@ def release_kept(services: Services, task_id: str) -> bool:
 
 
 def _start_failures(services: Services, cluster: Cluster, jobs: list[JobState]) -> dict[str, Outcome]:
-    """Jobs whose pods can never start, by name. Two calls per cluster (its Falcon pods and its
-    Warning events), and only while one of its Jobs has a pod not started: active but not
-    ready, or not created (a FailedCreate). A Job whose pods all ended, and whose condition the
-    Job controller has not set yet (at scale, one most rounds), needs neither call."""
+    """Jobs whose pods can never start, by name. Calls the cluster only while one of its Jobs has
+    a pod not started (active but not ready, or not created): its pods, then its Warning events
+    only if they could decide (``events_may_decide``). A Job whose pods all ended, and whose
+    condition the Job controller has not set yet (at scale, one most rounds), needs neither."""
     unready = [
         j for j in jobs if not j.finished and (j.ready < j.active or j.active + j.succeeded < j.parallelism)
     ]
@@ -198,12 +198,14 @@ def _start_failures(services: Services, cluster: Cluster, jobs: list[JobState]) 
     gateway = services.jobs(cluster)
     try:
         pods = gateway.pods_of_jobs(cluster.namespace, [j.name for j in unready])
-        events = gateway.warning_events(cluster.namespace)
+        pods_of = {job.name: [p for p in pods if p.job_name == job.name] for job in unready}
+        decide = any(events_may_decide(job, pods_of[job.name]) for job in unready)
+        events = gateway.warning_events(cluster.namespace) if decide else []
     except FalconError:
         return {}  # cluster unreachable this round; try again next round
     found = {}
     for job in unready:
-        outcome = cannot_start(services, job, [p for p in pods if p.job_name == job.name], events)
+        outcome = cannot_start(services, job, pods_of[job.name], events)
         if outcome:
             found[job.name] = outcome
     return found
