@@ -83,6 +83,7 @@ import yaml
 from local_stack import prefect_api, run_main
 from mysql_server import mariadb
 from scale_metrics import (
+    API_CALLS_METRIC,
     DEFERRED_METRIC,
     GC_METRIC,
     HOUSEKEEPING_METRIC,
@@ -95,6 +96,7 @@ from scale_metrics import (
     Usage,
     Window,
     counter_total,
+    counters_by,
     find_process,
     gauge_value,
     histograms,
@@ -433,6 +435,7 @@ def scrape(port: int) -> Scrape:
         loops | {f"gc/{generation}": histogram for generation, histogram in collections.items()} | steps,
         counter_total(answer.text, DEFERRED_METRIC),
         gauge_value(answer.text, "process_start_time_seconds"),
+        counters_by(answer.text, API_CALLS_METRIC, ("api", "call")),
     )
 
 
@@ -525,12 +528,14 @@ class Follower(threading.Thread):
             first = first or scrape_answered(self.port)
             if self._open is not None:
                 self._open.add(first)
+                self._open.ended = time.monotonic()
             self._open = self.windows[name] = Window(first)
 
     def close(self) -> None:
         with self._lock:
             if self._open is not None:
                 self._open.add(scrape_answered(self.port))
+                self._open.ended = time.monotonic()
             self._open = None
         self._stop_event.set()
         self.join(30)
@@ -701,6 +706,11 @@ def print_report(result: dict[str, Any]) -> None:
         deferred = result.get("picks_deferred", {}).get(window)
         if deferred is not None:
             print(f"  picks deferred (Prefect answered the slot call busy, or not at all): {deferred:.0f}")
+        calls = result.get("api_calls_per_second", {}).get(window)
+        if calls:
+            print(
+                "  API calls per second: " + ", ".join(f"{call} {rate:.2f}" for call, rate in calls.items())
+            )
         replaced = result.get("dispatchers_replaced", {}).get(window)
         if replaced:
             print(
@@ -920,7 +930,15 @@ def steady_and_drain(
         "ticks": {name: tick_table(w.histograms) for name, w in follower.windows.items()},
         "picks_deferred": {name: w.picks_deferred for name, w in follower.windows.items()},
         "dispatchers_replaced": {name: w.replaced for name, w in follower.windows.items()},
+        "api_calls_per_second": {name: _per_second(w) for name, w in follower.windows.items()},
     }
+
+
+def _per_second(window: Window) -> dict[str, float]:
+    """The window's API calls per second, by "<api>/<call>", most made first."""
+    seconds = (window.ended or time.monotonic()) - window.began
+    made = sorted(window.api_calls.items(), key=lambda item: -item[1])
+    return {call: count / seconds for call, count in made if count} if seconds > 0 else {}
 
 
 def flow_figures(stack: Stack, first_waiting: str, run_seconds: float) -> dict[str, Any]:

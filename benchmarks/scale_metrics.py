@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ HOUSEKEEPING_METRIC = "falcon_dispatcher_housekeeping_seconds"  # the other loop
 STEP_METRIC = "falcon_dispatcher_step_seconds"  # the steps of a tick or round, by loop
 GC_METRIC = "falcon_gc_pause_seconds"  # the dispatcher process's garbage collections, by generation
 DEFERRED_METRIC = "falcon_picks_deferred"  # picks left to the next tick: Prefect answered busy, or not at all
+API_CALLS_METRIC = "falcon_api_calls"  # GKE, Compute and Kubernetes calls, by api, call and outcome
 
 
 @dataclass(frozen=True)
@@ -64,12 +66,14 @@ class Histogram:
 class Scrape:
     """One read of the dispatcher's ``/metrics``: its histograms keyed "<loop>/<part>" (tick/total,
     reconcile/falcon, ...) and its process's garbage collections keyed "gc/<generation>", and the
-    picks deferred so far (``falcon_picks_deferred``, summed over the queues). Empty and None when
-    it does not (yet) export them."""
+    picks deferred so far (``falcon_picks_deferred``, summed over the queues), and the API calls
+    made so far keyed "<api>/<call>" (``falcon_api_calls``, summed over outcomes). Empty and None
+    when it does not (yet) export them."""
 
     histograms: dict[str, Histogram] = field(default_factory=dict)
     picks_deferred: float | None = None
     process_started: float | None = None  # the serving process's start time: which process answered
+    api_calls: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -83,6 +87,9 @@ class Window:
     histograms: dict[str, Histogram] = field(default_factory=dict)
     picks_deferred: float | None = None
     replaced: int = 0  # dispatcher processes replaced inside the window
+    api_calls: dict[str, float] = field(default_factory=dict)
+    began: float = field(default_factory=time.monotonic)
+    ended: float | None = None  # set by whoever closes the window
 
     def add(self, now: Scrape) -> None:
         """Count a later scrape. An empty one (nobody serving /metrics, as between two dispatcher
@@ -101,6 +108,9 @@ class Window:
             earlier = None if replaced else self.last.picks_deferred
             deferred = counted_since(now.picks_deferred, earlier)
             self.picks_deferred = (self.picks_deferred or 0.0) + deferred
+        for call, total in now.api_calls.items():
+            made = counted_since(total, None if replaced else self.last.api_calls.get(call))
+            self.api_calls[call] = self.api_calls.get(call, 0.0) + made
         self.last = now
 
     def _replaced_by(self, now: Scrape) -> bool | None:
@@ -163,6 +173,19 @@ def counter_total(text: str, metric: str) -> float:
         for sample in family.samples
         if sample.name == f"{metric}_total"
     )
+
+
+def counters_by(text: str, metric: str, labels: tuple[str, ...]) -> dict[str, float]:
+    """The counter ``metric`` summed per value of ``labels`` (joined by "/") over its other labels."""
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != metric or family.type != "counter":
+            continue
+        for sample in family.samples:
+            if sample.name == f"{metric}_total":
+                key = "/".join(sample.labels.get(label, "") for label in labels)
+                totals[key] = totals.get(key, 0.0) + sample.value
+    return totals
 
 
 def gauge_value(text: str, metric: str) -> float | None:

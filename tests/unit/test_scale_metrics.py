@@ -4,13 +4,14 @@ pages written by prometheus_client itself."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from scale_metrics import Scrape, Window, counted_since, counter_total, histograms, quantile
+from scale_metrics import Scrape, Window, counted_since, counter_total, counters_by, histograms, quantile
 
 METRIC = "falcon_picks_deferred"
 
@@ -110,3 +111,26 @@ def test_a_new_process_is_told_by_its_start_time_even_with_more_ticks() -> None:
 
     assert window.histograms["tick/total"].count == 11
     assert window.replaced == 1
+
+
+def test_api_calls_are_summed_per_api_and_call_over_their_outcomes() -> None:
+    registry = CollectorRegistry()
+    calls = Counter("falcon_api_calls", "calls", ["api", "call", "outcome"], registry=registry)
+    calls.labels("kubernetes", "list_events", "ok").inc(4)
+    calls.labels("kubernetes", "list_events", "retryable").inc()
+    calls.labels("gke", "list_events", "ok").inc(2)
+
+    found = counters_by(page(registry), "falcon_api_calls", ("api", "call"))
+
+    assert found == {"kubernetes/list_events": 5, "gke/list_events": 2}
+
+
+def test_a_window_counts_the_api_calls_of_both_runs_when_the_dispatcher_is_replaced() -> None:
+    def calls(ticks: list[float], made: float, started: float) -> Scrape:
+        return replace(observed(ticks, started=started), api_calls={"kubernetes/list_pods": made})
+
+    window = Window(calls([0.05] * 3, 10, started=1000.0))
+    window.add(calls([0.05] * 4, 14, started=1000.0))
+    window.add(calls([0.05], 3, started=2000.0))  # the new run's process counts from zero
+
+    assert window.api_calls == {"kubernetes/list_pods": 7}
