@@ -84,6 +84,7 @@ from local_stack import prefect_api, run_main
 from mysql_server import mariadb
 from scale_metrics import (
     API_CALLS_METRIC,
+    API_SECONDS_METRIC,
     DEFERRED_METRIC,
     GC_METRIC,
     HOUSEKEEPING_METRIC,
@@ -431,8 +432,12 @@ def scrape(port: int) -> Scrape:
         for prefix, (loop, _) in STEPS.items()
         for step, histogram in histograms(answer.text, STEP_METRIC, "step", where={"loop": loop}).items()
     }
+    kubernetes = histograms(answer.text, API_SECONDS_METRIC, "call", where={"api": "kubernetes"})
     return Scrape(
-        loops | {f"gc/{generation}": histogram for generation, histogram in collections.items()} | steps,
+        loops
+        | {f"gc/{generation}": histogram for generation, histogram in collections.items()}
+        | steps
+        | {f"k8s/{call}": histogram for call, histogram in kubernetes.items()},
         counter_total(answer.text, DEFERRED_METRIC),
         gauge_value(answer.text, "process_start_time_seconds"),
         counters_by(answer.text, API_CALLS_METRIC, ("api", "call")),
@@ -557,9 +562,9 @@ def _brief(counts: Counter[str]) -> str:
 
 def tick_table(window: dict[str, Histogram]) -> dict[str, Any]:
     """p50/p99 and the mean of each loop's parts, of the reconcile round's and housekeeping's steps
-    (wall time: follow the Jobs, end the tasks whose pool the round kept, ...), and of each
-    generation's garbage collections (a row's "ticks" are then collections), over a window, with
-    the bucket each quantile lies in."""
+    (wall time: follow the Jobs, end the tasks whose pool the round kept, ...), of each
+    generation's garbage collections and of each Kubernetes call the process made (a row's
+    "ticks" are then collections or calls), over a window, with the bucket each quantile lies in."""
     table: dict[str, Any] = {}
     parts = ("total", "falcon", "prefect", "database", "cpu", "runqueue", "gc")
     rows = [
@@ -568,6 +573,7 @@ def tick_table(window: dict[str, Histogram]) -> dict[str, Any]:
         "gc/0",
         "gc/1",
         "gc/2",
+        *sorted(part for part in window if part.startswith("k8s/")),
     ]
     for part in rows:
         histogram = window.get(part)

@@ -30,6 +30,7 @@ STEP_METRIC = "falcon_dispatcher_step_seconds"  # the steps of a tick or round, 
 GC_METRIC = "falcon_gc_pause_seconds"  # the dispatcher process's garbage collections, by generation
 DEFERRED_METRIC = "falcon_picks_deferred"  # picks left to the next tick: Prefect answered busy, or not at all
 API_CALLS_METRIC = "falcon_api_calls"  # GKE, Compute and Kubernetes calls, by api, call and outcome
+API_SECONDS_METRIC = "falcon_api_call_seconds"  # one such call's wall time, by api and call
 
 
 @dataclass(frozen=True)
