@@ -4,8 +4,8 @@ through the official client, and ``KubernetesJobs.list_jobs`` answering from it.
 We test: the watch is in step after its list and follows a Job created, resumed and deleted; a
 resourceVersion too old to resume from (410 Gone) is listed again; a watch nobody asks for stops;
 ``list_jobs`` lists whole before the watch is in step, answers from it after (without a probe
-while the API server speaks on the watch, after one when it fell silent), and still fails when
-the cluster's API does not answer.
+while the API server speaks on the watch, with one sent beside the caller when it fell silent),
+and still fails when the cluster's API does not answer, or hangs.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 from kubernetes import client as k8s
 from prometheus_client import REGISTRY
@@ -160,11 +161,12 @@ def test_list_jobs_answers_from_the_watch_and_still_fails_when_the_cluster_does_
     assert eventually(lambda: fails(lambda: jobs.list_jobs(NAMESPACE, SELECTOR)), bool, seconds=5)
 
 
-def test_a_watch_the_api_server_fell_silent_on_is_answered_after_a_probe(
+def test_a_watch_the_api_server_fell_silent_on_is_probed_beside_the_caller(
     api: k8s.ApiClient, emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A watch request lasting 30 s on Jobs that do not change: nothing is heard on it, so each
-    call asks the API server for one Job before answering, and fails when that is not answered."""
+    """A watch request lasting 30 s on Jobs that do not change: nothing is heard on it, so a call
+    sends a probe (one Job asked for) beside it and answers from the cache; once a probe failed,
+    a call fails."""
     monkeypatch.setattr("falcon.adapters.k8s.HEARD_WITHIN_SECONDS", 0.2)
     jobs = KubernetesJobs(api, 5, watch_seconds=30)
     jobs.create_job(NAMESPACE, job_manifest("job-a"))
@@ -173,11 +175,31 @@ def test_a_watch_the_api_server_fell_silent_on_is_answered_after_a_probe(
 
     probes = calls_made("probe_jobs")
     assert [j.name for j in jobs.list_jobs(NAMESPACE, SELECTOR)] == ["job-a"]
-    assert calls_made("probe_jobs") == probes + 1
+    assert eventually(lambda: calls_made("probe_jobs"), lambda made: made == probes + 1) == probes + 1
 
     inject_fault(emulator, "GET", r"/jobs$", 503, "the API server is overloaded")
-    with pytest.raises(TemporaryError):
-        jobs.list_jobs(NAMESPACE, SELECTOR)
+    time.sleep(0.3)
+    assert eventually(lambda: fails(lambda: jobs.list_jobs(NAMESPACE, SELECTOR)), bool, seconds=5)
+
+
+def test_a_cluster_that_hangs_holds_no_caller_and_is_told_after_the_timeout(
+    api: k8s.ApiClient, emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe the API server does not answer: calls go on answering from the cache, each at
+    once, until the probe times out; then they fail."""
+    monkeypatch.setattr("falcon.adapters.k8s.HEARD_WITHIN_SECONDS", 0.2)
+    jobs = KubernetesJobs(api, 1, watch_seconds=30)
+    jobs.create_job(NAMESPACE, job_manifest("job-a"))
+    assert eventually(lambda: answered_from_the_watch(jobs), bool)
+    rule = {"method": "GET", "pathRegex": r"/jobs$", "delaySeconds": 5, "times": None, "forSeconds": 10}
+    httpx.post(f"{emulator.url}/emulator/faults", json={"rules": [rule]}).raise_for_status()
+    time.sleep(0.3)
+
+    began = time.monotonic()
+    assert [j.name for j in jobs.list_jobs(NAMESPACE, SELECTOR)] == ["job-a"]  # the probe hangs beside
+    assert time.monotonic() - began < 0.5
+    assert eventually(lambda: fails(lambda: jobs.list_jobs(NAMESPACE, SELECTOR)), bool, seconds=5)
+    assert time.monotonic() - began >= 0.9  # when the probe's call timed out, 1 s after it was sent
 
 
 def fails(call: Callable[[], object]) -> bool:

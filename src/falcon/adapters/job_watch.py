@@ -6,9 +6,12 @@ a watch sends only what changed. The cache is answered only while it is in step:
 and while its watch stands. Whenever it is not (starting, relisting after a 410 Gone, the
 cluster's API in trouble), ``jobs`` answers None and the caller lists the Jobs itself, so that a
 cluster that does not answer is still seen not to answer. The watch also tells when the API
-server last spoke on it (its list, a watch request answered, an event or a bookmark): a caller
-asks it for ``jobs`` heard within a moment instead of asking the API server whether it answers.
-A watch that failed says why once, to the next caller (``untold_failure``), which logs it.
+server last spoke on it (its list, a watch request answered, an event or a bookmark). A caller
+asks for ``jobs`` heard within a moment; when the API server has been silent longer (Jobs that
+do not change), the watch asks it for one Job *beside* the caller, which is answered from the
+cache meanwhile and told at a later call if that probe failed or went unanswered: a round never
+waits on a probe, nor on a cluster that hangs. A watch that failed says why once, to the next
+caller (``untold_failure``), which logs it.
 
 Each watch request lasts ``watch_seconds`` (the API server ends it; the client's read timeout
 is a little longer, never forever on a dead connection), then resumes from the last
@@ -30,6 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from falcon.adapters.errors import kubernetes_errors
+from falcon.domain.errors import FalconError, TemporaryError
 from falcon.domain.tidal import ResourceVersionGone
 from falcon.domain.workloads import JobState
 
@@ -59,6 +63,8 @@ class JobWatch:
         self._heard = -math.inf  # monotonic time the API server last answered or sent on the watch
         self._untold: str | None = None
         self._asked = time.monotonic()
+        self._probing = False
+        self._probe_failure: FalconError | None = None  # since the API server last spoke
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"job-watch-{namespace}")
         self._thread.start()
 
@@ -67,12 +73,26 @@ class JobWatch:
         return self._thread.is_alive()
 
     def jobs(self, heard_within: float = math.inf) -> list[JobState] | None:
-        """Every Job as the watch last saw it; None while the cache is not in step, or when the
-        API server has sent nothing on the watch for ``heard_within`` seconds."""
+        """Every Job as the watch last saw it; None while the cache is not in step.
+
+        The API server silent for over ``heard_within`` seconds: a probe is sent beside (one at a
+        time) and the cache answered meanwhile; TemporaryError once a probe failed, or when the
+        silence outlasts ``heard_within`` plus the call timeout (a probe that hangs)."""
         with self._lock:
             self._asked = now = time.monotonic()
-            heard = now - self._heard <= heard_within
-            return list(self._jobs.values()) if self._in_step and heard else None
+            silent = now - self._heard
+            if not self._in_step or silent <= heard_within:
+                return list(self._jobs.values()) if self._in_step else None
+            if not self._probing:
+                self._probing = True
+                threading.Thread(target=self._probe, daemon=True, name=f"job-probe-{self._namespace}").start()
+            if self._probe_failure is not None:  # a new error each call: a raise grows its traceback
+                raise type(self._probe_failure)(str(self._probe_failure))
+            if silent > heard_within + self._timeout:
+                raise TemporaryError(
+                    f"list Jobs in {self._namespace}: no answer from the API server in {silent:.0f} s"
+                )
+            return list(self._jobs.values())
 
     def untold_failure(self) -> str | None:
         """Why the watch last failed, once per failure: the caller logs it (this thread never does,
@@ -103,11 +123,32 @@ class JobWatch:
             self._in_step = in_step
             if jobs is not None:
                 self._jobs = jobs
-                self._heard = time.monotonic()
+                self._heard, self._probe_failure = time.monotonic(), None
 
     def _hear(self) -> None:
         with self._lock:
-            self._heard = time.monotonic()
+            self._heard, self._probe_failure = time.monotonic(), None
+
+    def _probe(self) -> None:
+        """Ask the API server for one Job: a fraction of a list's bytes, to know that it answers."""
+        failure = None
+        try:
+            with kubernetes_errors(f"list Jobs in {self._namespace}", "probe_jobs"):
+                response: Any = self._batch.list_namespaced_job(
+                    self._namespace,
+                    label_selector=self._selector,
+                    limit=1,
+                    _request_timeout=self._timeout,
+                    _preload_content=False,
+                )
+                response.read()  # the whole answer: the API server answered
+            self._hear()
+        except FalconError as exc:
+            failure = exc
+        finally:
+            with self._lock:
+                self._probing = False
+                self._probe_failure = failure or self._probe_failure
 
     def _list(self) -> str:
         with kubernetes_errors(f"list Jobs in {self._namespace}", "list_jobs_to_watch"):

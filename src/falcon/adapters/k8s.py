@@ -84,24 +84,12 @@ class KubernetesJobs:
 
         With ``watch_seconds``, a watch keeps them (``JobWatch``) and a call answers from it while
         it is in step. The round must still learn, as from a whole list, whether the cluster's
-        API answers now: from the watch when the API server spoke on it within
-        ``HEARD_WITHIN_SECONDS``, else by asking for one Job, a fraction of a list's bytes."""
+        API answers: from the watch when the API server spoke on it within
+        ``HEARD_WITHIN_SECONDS``, else from a probe the watch sends beside the call (a failed
+        probe is raised at a later call)."""
         watch = self._watch(namespace, label_selector)
         if watch is not None:
-            heard = watch.jobs(heard_within=HEARD_WITHIN_SECONDS)
-            if heard is not None:
-                return heard
-            with kubernetes_errors(f"list Jobs in {namespace}", "probe_jobs"):
-                _json(
-                    self._batch.list_namespaced_job(
-                        namespace,
-                        label_selector=label_selector,
-                        limit=1,
-                        _request_timeout=self._timeout,
-                        _preload_content=False,
-                    )
-                )
-            watched = watch.jobs()
+            watched = watch.jobs(heard_within=HEARD_WITHIN_SECONDS)
             if watched is not None:
                 return watched
             failure = watch.untold_failure()
