@@ -69,9 +69,9 @@ class Settings(BaseSettings):
     job_watch_seconds: int = Field(
         default=60,
         ge=0,
-        description="the dispatcher follows each cluster's Jobs with a watch whose requests last this "
-        "long, and asks the API server for one Job a round to know it answers; 0 lists them all "
-        "every round",
+        description="the dispatcher follows each cluster's Jobs, and Falcon's pods, with watches whose "
+        "requests last this long, and asks the API server for one Job when it fell silent, to know it "
+        "answers; 0 lists them every round",
     )
     dispatcher_run_seconds: float = Field(
         default=3540.0,

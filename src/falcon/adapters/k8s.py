@@ -9,25 +9,26 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client as k8s
 
 from falcon.adapters.errors import kubernetes_errors
-from falcon.adapters.job_watch import JobWatch
+from falcon.adapters.list_watch import ListWatch
 from falcon.domain.errors import ConflictError
 from falcon.domain.job_manifest import MANAGED_BY, TASK_ID_ANNOTATION, TASK_LABEL
 from falcon.domain.workloads import ClusterEvent, FalconService, JobState, PodState
 
 logger = logging.getLogger(__name__)
+_Object = TypeVar("_Object", JobState, PodState)
 
 # A reconcile round names at most this many Jobs in its pod selector; it lists every Falcon pod
 # past that (a ramp, when most Jobs start at once).
 PODS_BY_NAME = 50
 
-# A Job watch nobody asked for over this long stops (a round asks every second).
+# A watch nobody asked for over this long stops (a round asks every second).
 WATCH_IDLE_SECONDS = 30.0
 
 # A watch the API server spoke on within this long answers list_jobs without a probe: at scale,
@@ -40,8 +41,9 @@ class KubernetesJobs:
         self._core = k8s.CoreV1Api(api_client)
         self._batch = k8s.BatchV1Api(api_client)
         self._timeout = timeout
-        self._watch_seconds = watch_seconds  # 0: every list_jobs lists
-        self._watches: dict[tuple[str, str], JobWatch] = {}
+        self._watch_seconds = watch_seconds  # 0: every list_jobs and pods_of_jobs lists
+        self._job_watches: dict[tuple[str, str], ListWatch[JobState]] = {}
+        self._pod_watches: dict[tuple[str, str], ListWatch[PodState]] = {}
         self._watches_lock = threading.Lock()
 
     def ensure_namespace(self, namespace: str) -> None:
@@ -82,14 +84,14 @@ class KubernetesJobs:
         """Jobs are read as the API server's JSON, not the client's models: those cost about a
         millisecond per Job, which the dispatcher would pay for every running Job at every round.
 
-        With ``watch_seconds``, a watch keeps them (``JobWatch``) and a call answers from it while
+        With ``watch_seconds``, a watch keeps them (``ListWatch``) and a call answers from it while
         it is in step. The round must still learn, as from a whole list, whether the cluster's
         API answers: from the watch when the API server spoke on it within
         ``HEARD_WITHIN_SECONDS``, else from a probe the watch sends beside the call (a failed
         probe is raised at a later call)."""
-        watch = self._watch(namespace, label_selector)
+        watch = self._job_watch(namespace, label_selector)
         if watch is not None:
-            watched = watch.jobs(heard_within=HEARD_WITHIN_SECONDS)
+            watched = watch.objects(heard_within=HEARD_WITHIN_SECONDS)
             if watched is not None:
                 return watched
             failure = watch.untold_failure()
@@ -107,19 +109,40 @@ class KubernetesJobs:
             listed = _items(response)
         return [_job_state(item) for item in listed]
 
-    def _watch(self, namespace: str, label_selector: str) -> JobWatch | None:
+    def _job_watch(self, namespace: str, label_selector: str) -> ListWatch[JobState] | None:
         """The watch of these Jobs, started on first use and again once it stopped for want of use."""
+        return self._watch(
+            self._job_watches, self._batch.list_namespaced_job, "jobs", namespace, label_selector, _job_state
+        )
+
+    def _pod_watch(self, namespace: str) -> ListWatch[PodState] | None:
+        """The watch of Falcon's pods in the namespace, as ``_job_watch``."""
+        selector = f"managed-by={MANAGED_BY}"
+        return self._watch(
+            self._pod_watches, self._core.list_namespaced_pod, "pods", namespace, selector, _pod_state
+        )
+
+    def _watch(
+        self,
+        watches: dict[tuple[str, str], ListWatch[_Object]],
+        lister: Callable[..., Any],
+        kind: str,
+        namespace: str,
+        label_selector: str,
+        parse: Callable[[dict[str, Any]], _Object],
+    ) -> ListWatch[_Object] | None:
         if not self._watch_seconds:
             return None
         with self._watches_lock:
             key = (namespace, label_selector)
-            watch = self._watches.get(key)
+            watch = watches.get(key)
             if watch is None or not watch.alive:
-                watch = self._watches[key] = JobWatch(
-                    self._batch,
+                watch = watches[key] = ListWatch(
+                    lister,
+                    kind,
                     namespace,
                     label_selector,
-                    _job_state,
+                    parse,
                     self._timeout,
                     self._watch_seconds,
                     idle_seconds=WATCH_IDLE_SECONDS,
@@ -168,13 +191,18 @@ class KubernetesJobs:
             return [_event(e) for e in _items(response)]
 
     def pods_of_jobs(self, namespace: str, job_names: Collection[str]) -> list[PodState]:
-        """The pods of these Jobs, in one call (as JSON, like list_jobs). A reconcile round reads
-        them for its Jobs whose pods are not all ready: a few among many running, so it names them
-        (a set-based selector) rather than list every Falcon pod; past PODS_BY_NAME Jobs, naming
-        them would make a long URL for little gain, and every Falcon pod is listed instead."""
+        """The pods of these Jobs. A reconcile round reads them for its Jobs whose pods are not all
+        ready. With ``watch_seconds``, from a watch of Falcon's pods while it is in step (a round
+        then waits on no pod list); otherwise in one call (as JSON, like list_jobs) naming the
+        Jobs (a set-based selector) rather than listing every Falcon pod; past PODS_BY_NAME Jobs,
+        naming them would make a long URL for little gain, and every Falcon pod is listed."""
         names = set(job_names)
         if not names:
             return []
+        watch = self._pod_watch(namespace)
+        watched = watch.objects() if watch is not None else None
+        if watched is not None:
+            return [p for p in watched if p.job_name in names]
         selector = f"managed-by={MANAGED_BY}"
         if len(names) <= PODS_BY_NAME:
             selector += f",{TASK_LABEL} in ({','.join(sorted(names))})"

@@ -105,7 +105,7 @@ def follow_running(
 ) -> Followed:
     """One Job list per cluster with running tasks or in ``waited_for``
     (clusters tasks wait for: the same list tells whether they answer; the dispatcher's list is
-    answered from a watch, ``JobWatch``); every running task whose Job ended, vanished, timed
+    answered from a watch, ``ListWatch``); every running task whose Job ended, vanished, timed
     out, was aborted or has pods that can never start moves to releasing. A Job that ended by
     itself has its pool settled at once (``offer_freed_pool``); when the pool was kept, the task
     is ``offered``, for ``release_kept`` to end. The clusters are followed through ``fan_out``.

@@ -1,11 +1,13 @@
-"""Falcon's Jobs followed by a list and a watch (``JobWatch``), against the emulator over HTTP
-through the official client, and ``KubernetesJobs.list_jobs`` answering from it.
+"""Falcon's Jobs and pods followed by a list and a watch (``ListWatch``), against the emulator over
+HTTP through the official client, and ``KubernetesJobs.list_jobs`` and ``pods_of_jobs`` answering
+from it.
 
 We test: the watch is in step after its list and follows a Job created, resumed and deleted; a
 resourceVersion too old to resume from (410 Gone) is listed again; a watch nobody asks for stops;
 ``list_jobs`` lists whole before the watch is in step, answers from it after (without a probe
 while the API server speaks on the watch, with one sent beside the caller when it fell silent),
-and still fails when the cluster's API does not answer, or hangs.
+and still fails when the cluster's API does not answer, or hangs; ``pods_of_jobs`` answers from
+the pod watch once it is in step.
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ from falcon.adapters.clock import utc_now
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.migrate import upgrade
 from falcon.adapters.db.session import session_scope
-from falcon.adapters.job_watch import JobWatch
 from falcon.adapters.k8s import KubernetesJobs, _job_state
+from falcon.adapters.list_watch import ListWatch
 from falcon.bootstrap import Gateways
 from falcon.domain.errors import TemporaryError
-from falcon.domain.job_manifest import MANAGED_BY
+from falcon.domain.job_manifest import MANAGED_BY, TASK_LABEL
 from falcon.domain.workloads import JobState
 from falcon.settings import get_settings
 from falcon_emulator.server import EmulatorServer
@@ -70,8 +72,9 @@ def job_manifest(name: str) -> dict[str, Any]:
     }
 
 
-def watch_of(api: k8s.ApiClient, idle_seconds: float = 10) -> JobWatch:
-    return JobWatch(k8s.BatchV1Api(api), NAMESPACE, SELECTOR, _job_state, 5, 1, idle_seconds)
+def watch_of(api: k8s.ApiClient, idle_seconds: float = 10) -> ListWatch[JobState]:
+    lister = k8s.BatchV1Api(api).list_namespaced_job
+    return ListWatch(lister, "jobs", NAMESPACE, SELECTOR, _job_state, 5, 1, idle_seconds)
 
 
 def eventually(read: Callable[[], T], holds: Callable[[T], bool], seconds: float = 10) -> T:
@@ -109,30 +112,30 @@ def test_the_watch_follows_a_job_created_resumed_and_deleted(api: k8s.ApiClient)
     uid = jobs.create_job(NAMESPACE, job_manifest("job-before"))
     watch = watch_of(api)
 
-    assert set(by_name(eventually(watch.jobs, lambda j: j is not None))) == {"job-before"}
+    assert set(by_name(eventually(watch.objects, lambda j: j is not None))) == {"job-before"}
 
     jobs.create_job(NAMESPACE, job_manifest("job-after"))
-    seen = eventually(lambda: by_name(watch.jobs()), lambda j: "job-after" in j)
+    seen = eventually(lambda: by_name(watch.objects()), lambda j: "job-after" in j)
     assert seen["job-after"].suspended
 
     jobs.resume_job(NAMESPACE, "job-before", uid)
-    seen = eventually(lambda: by_name(watch.jobs()), lambda j: not j["job-before"].suspended)
+    seen = eventually(lambda: by_name(watch.objects()), lambda j: not j["job-before"].suspended)
     assert not seen["job-before"].suspended
 
     jobs.delete_job(NAMESPACE, "job-after")
-    assert set(eventually(lambda: by_name(watch.jobs()), lambda j: "job-after" not in j)) == {"job-before"}
+    assert set(eventually(lambda: by_name(watch.objects()), lambda j: "job-after" not in j)) == {"job-before"}
 
 
 def test_a_resource_version_too_old_is_listed_again(api: k8s.ApiClient, emulator: EmulatorServer) -> None:
     watch = watch_of(api)
-    eventually(watch.jobs, lambda j: j is not None)
+    eventually(watch.objects, lambda j: j is not None)
     listed = calls_made("list_jobs_to_watch")
 
     inject_fault(emulator, "GET", r"/jobs$", 410, "too old resource version", times=1)
     assert eventually(lambda: calls_made("list_jobs_to_watch"), lambda n: n > listed) == listed + 1
     KubernetesJobs(api, 5).create_job(NAMESPACE, job_manifest("job-later"))
 
-    assert set(eventually(lambda: by_name(watch.jobs()), lambda j: "job-later" in j)) == {"job-later"}
+    assert set(eventually(lambda: by_name(watch.objects()), lambda j: "job-later" in j)) == {"job-later"}
     assert watch.untold_failure() is None  # a 410 is no failure: the watch lists again
 
 
@@ -186,7 +189,7 @@ def test_a_cluster_that_hangs_holds_no_caller_and_is_told_after_the_timeout(
     api: k8s.ApiClient, emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A probe the API server does not answer: calls go on answering from the cache, each at
-    once, until the probe times out; then they fail."""
+    once, until the probe times out (1 s); then they fail."""
     monkeypatch.setattr("falcon.adapters.k8s.HEARD_WITHIN_SECONDS", 0.2)
     jobs = KubernetesJobs(api, 1, watch_seconds=30)
     jobs.create_job(NAMESPACE, job_manifest("job-a"))
@@ -195,11 +198,60 @@ def test_a_cluster_that_hangs_holds_no_caller_and_is_told_after_the_timeout(
     httpx.post(f"{emulator.url}/emulator/faults", json={"rules": [rule]}).raise_for_status()
     time.sleep(0.3)
 
-    began = time.monotonic()
-    assert [j.name for j in jobs.list_jobs(NAMESPACE, SELECTOR)] == ["job-a"]  # the probe hangs beside
-    assert time.monotonic() - began < 0.5
-    assert eventually(lambda: fails(lambda: jobs.list_jobs(NAMESPACE, SELECTOR)), bool, seconds=5)
-    assert time.monotonic() - began >= 0.9  # when the probe's call timed out, 1 s after it was sent
+    calls: list[float] = []
+
+    def fails_timed() -> bool:
+        began = time.monotonic()
+        try:
+            return fails(lambda: jobs.list_jobs(NAMESPACE, SELECTOR))
+        finally:
+            calls.append(time.monotonic() - began)
+
+    assert not fails_timed()  # answered from the cache; the probe hangs beside
+    assert eventually(fails_timed, bool, seconds=5)  # told once the probe timed out
+    assert max(calls) < 0.5
+
+
+def test_pods_of_jobs_answers_from_the_pod_watch_once_it_is_in_step(api: k8s.ApiClient) -> None:
+    """Pods created (and deleted) beside the round: the first call lists them, later ones answer
+    from the watch, which follows a pod added and one deleted."""
+    jobs, core = KubernetesJobs(api, 5, watch_seconds=1), k8s.CoreV1Api(api)
+    core.create_namespaced_pod(NAMESPACE, pod_manifest("job-a-0", "job-a"))
+    assert [p.name for p in jobs.pods_of_jobs(NAMESPACE, ["job-a"])] == ["job-a-0"]
+    assert eventually(lambda: pods_answered_from_the_watch(jobs), bool)  # once the watch is in step
+
+    lists = calls_made("list_pods")
+    core.create_namespaced_pod(NAMESPACE, pod_manifest("job-b-0", "job-b"))
+    core.create_namespaced_pod(NAMESPACE, pod_manifest("job-c-0", "job-c"))
+    seen = eventually(
+        lambda: pod_names(jobs, ["job-a", "job-b"]), lambda names: names == {"job-a-0", "job-b-0"}
+    )
+    assert seen == {"job-a-0", "job-b-0"}
+
+    core.delete_namespaced_pod("job-a-0", NAMESPACE)
+    assert eventually(lambda: pod_names(jobs, ["job-a", "job-b"]), lambda names: names == {"job-b-0"}) == {
+        "job-b-0"
+    }
+    assert calls_made("list_pods") == lists
+
+
+def pod_manifest(name: str, job_name: str) -> k8s.V1Pod:
+    """A pod of Falcon's Job ``job_name``, labelled as Falcon's Jobs label their pods (no node: it
+    stays Pending)."""
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name=name, labels={"managed-by": MANAGED_BY, TASK_LABEL: job_name}),
+        spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="main", image="trainer:1")]),
+    )
+
+
+def pods_answered_from_the_watch(jobs: KubernetesJobs) -> bool:
+    before = calls_made("list_pods")
+    jobs.pods_of_jobs(NAMESPACE, ["job-a"])
+    return calls_made("list_pods") == before
+
+
+def pod_names(jobs: KubernetesJobs, job_names: list[str]) -> set[str]:
+    return {pod.name for pod in jobs.pods_of_jobs(NAMESPACE, job_names)}
 
 
 def fails(call: Callable[[], object]) -> bool:

@@ -1,17 +1,19 @@
-"""Falcon's Jobs on one cluster kept by a list and then a watch, as an informer keeps its cache.
+"""Falcon's Jobs (or pods) on one cluster kept by a list and then a watch, as an informer keeps
+its cache.
 
-A reconcile round follows every running Job. Listing them all each round costs the API server
-and the dispatcher's process a parse of every Job (at a thousand Jobs, most of a round's time);
-a watch sends only what changed. The cache is answered only while it is in step: after its list
-and while its watch stands. Whenever it is not (starting, relisting after a 410 Gone, the
-cluster's API in trouble), ``jobs`` answers None and the caller lists the Jobs itself, so that a
-cluster that does not answer is still seen not to answer. The watch also tells when the API
-server last spoke on it (its list, a watch request answered, an event or a bookmark). A caller
-asks for ``jobs`` heard within a moment; when the API server has been silent longer (Jobs that
-do not change), the watch asks it for one Job *beside* the caller, which is answered from the
-cache meanwhile and told at a later call if that probe failed or went unanswered: a round never
-waits on a probe, nor on a cluster that hangs. A watch that failed says why once, to the next
-caller (``untold_failure``), which logs it.
+A reconcile round follows every running Job, and reads the pods of those not all ready. Listing
+them each round costs the API server and the dispatcher's process a parse of every object (at a
+thousand Jobs, most of a round's time), and the round waits for each answer; a watch sends only
+what changed. The cache is answered only while it is in step: after its list and while its watch
+stands. Whenever it is not (starting, relisting after a 410 Gone, the cluster's API in trouble),
+``objects`` answers None and the caller lists them itself, so that a cluster that does not answer
+is still seen not to answer. The watch also tells when the API server last spoke on it (its list,
+a watch request answered, an event or a bookmark). A caller may ask for ``objects`` heard within
+a moment; when the API server has been silent longer (objects that do not change), the watch asks
+it for one object *beside* the caller, which is answered from the cache meanwhile and told at a
+later call if that probe failed or went unanswered: a round never waits on a probe, nor on a
+cluster that hangs. A watch that failed says why once, to the next caller (``untold_failure``),
+which logs it.
 
 Each watch request lasts ``watch_seconds`` (the API server ends it; the client's read timeout
 is a little longer, never forever on a dead connection), then resumes from the last
@@ -26,54 +28,64 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
-from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from falcon.adapters.errors import kubernetes_errors
 from falcon.domain.errors import FalconError, TemporaryError
 from falcon.domain.tidal import ResourceVersionGone
-from falcon.domain.workloads import JobState
 
 RETRY_SECONDS = 2.0  # after a failed list or watch, before listing again; doubled while it fails
 RETRY_CAP_SECONDS = 30.0
 
 
-class JobWatch:
-    """The Jobs of one (namespace, label selector), in step with the API server or not answered."""
+class Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+_Object = TypeVar("_Object", bound=Named)
+
+
+class ListWatch(Generic[_Object]):
+    """The objects of one (namespace, label selector), in step with the API server or not
+    answered. ``lister`` is the client's namespaced list call (``BatchV1Api.list_namespaced_job``,
+    ``CoreV1Api.list_namespaced_pod``), ``kind`` names them in errors and call metrics."""
 
     def __init__(
         self,
-        batch: k8s.BatchV1Api,
+        lister: Callable[..., Any],
+        kind: str,
         namespace: str,
         label_selector: str,
-        parse: Callable[[dict[str, Any]], JobState],
+        parse: Callable[[dict[str, Any]], _Object],
         timeout: float,
         watch_seconds: int,
         idle_seconds: float,
     ) -> None:
-        self._batch, self._namespace, self._selector = batch, namespace, label_selector
+        self._lister, self._kind = lister, kind
+        self._namespace, self._selector = namespace, label_selector
         self._parse, self._timeout, self._watch_seconds = parse, timeout, watch_seconds
         self._idle_seconds = idle_seconds
         self._lock = threading.Lock()
-        self._jobs: dict[str, JobState] = {}
+        self._objects: dict[str, _Object] = {}
         self._in_step = False
         self._heard = -math.inf  # monotonic time the API server last answered or sent on the watch
         self._untold: str | None = None
         self._asked = time.monotonic()
         self._probing = False
         self._probe_failure: FalconError | None = None  # since the API server last spoke
-        self._thread = threading.Thread(target=self._run, daemon=True, name=f"job-watch-{namespace}")
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"{kind}-watch-{namespace}")
         self._thread.start()
 
     @property
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    def jobs(self, heard_within: float = math.inf) -> list[JobState] | None:
-        """Every Job as the watch last saw it; None while the cache is not in step.
+    def objects(self, heard_within: float = math.inf) -> list[_Object] | None:
+        """Every object as the watch last saw it; None while the cache is not in step.
 
         The API server silent for over ``heard_within`` seconds: a probe is sent beside (one at a
         time) and the cache answered meanwhile; TemporaryError once a probe failed, or when the
@@ -82,17 +94,16 @@ class JobWatch:
             self._asked = now = time.monotonic()
             silent = now - self._heard
             if not self._in_step or silent <= heard_within:
-                return list(self._jobs.values()) if self._in_step else None
+                return list(self._objects.values()) if self._in_step else None
             if not self._probing:
                 self._probing = True
-                threading.Thread(target=self._probe, daemon=True, name=f"job-probe-{self._namespace}").start()
+                probe = threading.Thread(target=self._probe, daemon=True, name=f"{self._kind}-probe")
+                probe.start()
             if self._probe_failure is not None:  # a new error each call: a raise grows its traceback
                 raise type(self._probe_failure)(str(self._probe_failure))
             if silent > heard_within + self._timeout:
-                raise TemporaryError(
-                    f"list Jobs in {self._namespace}: no answer from the API server in {silent:.0f} s"
-                )
-            return list(self._jobs.values())
+                raise TemporaryError(f"{self._what}: no answer from the API server in {silent:.0f} s")
+            return list(self._objects.values())
 
     def untold_failure(self) -> str | None:
         """Why the watch last failed, once per failure: the caller logs it (this thread never does,
@@ -118,11 +129,15 @@ class JobWatch:
                 pause = min(pause * 2, RETRY_CAP_SECONDS)
         self._step(False)
 
-    def _step(self, in_step: bool, jobs: dict[str, JobState] | None = None) -> None:
+    @property
+    def _what(self) -> str:
+        return f"list {self._kind} in {self._namespace}"
+
+    def _step(self, in_step: bool, objects: dict[str, _Object] | None = None) -> None:
         with self._lock:
             self._in_step = in_step
-            if jobs is not None:
-                self._jobs = jobs
+            if objects is not None:
+                self._objects = objects
                 self._heard, self._probe_failure = time.monotonic(), None
 
     def _hear(self) -> None:
@@ -130,11 +145,11 @@ class JobWatch:
             self._heard, self._probe_failure = time.monotonic(), None
 
     def _probe(self) -> None:
-        """Ask the API server for one Job: a fraction of a list's bytes, to know that it answers."""
+        """Ask the API server for one object: a fraction of a list's bytes, to know that it answers."""
         failure = None
         try:
-            with kubernetes_errors(f"list Jobs in {self._namespace}", "probe_jobs"):
-                response: Any = self._batch.list_namespaced_job(
+            with kubernetes_errors(self._what, f"probe_{self._kind}"):
+                response: Any = self._lister(
                     self._namespace,
                     label_selector=self._selector,
                     limit=1,
@@ -151,16 +166,15 @@ class JobWatch:
                 self._probe_failure = failure or self._probe_failure
 
     def _list(self) -> str:
-        with kubernetes_errors(f"list Jobs in {self._namespace}", "list_jobs_to_watch"):
-            response: Any = self._batch.list_namespaced_job(
+        with kubernetes_errors(self._what, f"list_{self._kind}_to_watch"):
+            response: Any = self._lister(
                 self._namespace,
                 label_selector=self._selector,
                 _request_timeout=self._timeout,
                 _preload_content=False,
             )
             listed = json.loads(response.data)
-        jobs = {job.name: job for job in map(self._parse, listed.get("items") or [])}
-        self._step(True, jobs)
+        self._step(True, {one.name: one for one in map(self._parse, listed.get("items") or [])})
         return str((listed.get("metadata") or {}).get("resourceVersion") or "")
 
     def _watch(self, version: str) -> str:
@@ -169,17 +183,17 @@ class JobWatch:
             version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
             if kind == "BOOKMARK":
                 continue
-            job = self._parse(obj)
+            one = self._parse(obj)
             with self._lock:
                 if kind == "DELETED":
-                    self._jobs.pop(job.name, None)
+                    self._objects.pop(one.name, None)
                 else:
-                    self._jobs[job.name] = job
+                    self._objects[one.name] = one
         return version
 
     def _events(self, version: str) -> Iterator[tuple[str, dict[str, Any]]]:
         try:
-            response: Any = self._batch.list_namespaced_job(
+            response: Any = self._lister(
                 self._namespace,
                 label_selector=self._selector,
                 watch=True,
@@ -204,7 +218,7 @@ class JobWatch:
                 if kind == "ERROR":
                     if obj.get("code") == 410:
                         raise ResourceVersionGone(version)
-                    raise RuntimeError(f"watch Jobs in {self._namespace}: {obj.get('message')}")
+                    raise RuntimeError(f"watch {self._kind} in {self._namespace}: {obj.get('message')}")
                 yield kind, obj
         finally:
             response.close()
