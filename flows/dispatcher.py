@@ -72,6 +72,7 @@ def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = No
             log,
             name="tick",
             between_ticks=collections.between_ticks,
+            turn=collections.turn,
         )
         reconciling = DispatcherLoop(
             timed_tick(work.reconcile, RECONCILE_SECONDS),
@@ -79,6 +80,8 @@ def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = No
             settings.reconcile_seconds,
             log,
             name="reconcile",
+            between_ticks=collections.between_ticks,
+            turn=collections.turn,
         )
         housekeeping = DispatcherLoop(
             timed_tick(work.housekeep, HOUSEKEEPING_SECONDS),
@@ -86,6 +89,8 @@ def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = No
             housekeeping_period(settings),
             log,
             name="housekeeping",
+            between_ticks=collections.between_ticks,
+            turn=collections.turn,
         )
         work.on_pool_offered = ticking.nudge
         work.on_steps = observe_steps

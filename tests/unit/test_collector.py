@@ -7,7 +7,7 @@ import gc
 
 from tests.unit.fakes import FakeClock
 
-from falcon.adapters.collector import FullCollections, full_collections_between_ticks
+from falcon.adapters.collector import OVERDUE_PERIODS, FullCollections, full_collections_between_ticks
 
 
 def test_a_full_collection_runs_between_ticks_once_its_period_has_passed() -> None:
@@ -17,6 +17,32 @@ def test_a_full_collection_runs_between_ticks_once_its_period_has_passed() -> No
         collections.between_ticks()
         clock.advance(1.0)
     assert collected == [10.0, 20.0]
+
+
+def test_a_full_collection_waits_for_every_turn_under_way_to_end() -> None:
+    """Two loops: the one that asks after its turn while the other is inside one gets no
+    collection; the other, asking after its own turn, does."""
+    clock, collected = FakeClock(), []
+    collections = FullCollections(10.0, clock.monotonic, lambda: collected.append(clock.monotonic()))
+    clock.advance(10.0)
+    with collections.turn():  # the round, turning
+        with collections.turn():  # the tick, beside it
+            pass
+        collections.between_ticks()  # after the tick: the round is still inside its turn
+        assert collected == []
+        clock.advance(0.3)
+    collections.between_ticks()  # after the round
+    assert collected == [10.3]
+
+
+def test_loops_that_always_overlap_get_their_collection_once_it_is_overdue() -> None:
+    clock, collected = FakeClock(), []
+    collections = FullCollections(10.0, clock.monotonic, lambda: collected.append(clock.monotonic()))
+    with collections.turn():  # a turn that never ends, as if the loops never left a gap
+        for _ in range(10 * OVERDUE_PERIODS + 1):
+            collections.between_ticks()
+            clock.advance(1.0)
+    assert collected == [10.0 * OVERDUE_PERIODS]
 
 
 def test_inside_python_runs_no_full_collection_of_its_own_and_the_imports_are_frozen() -> None:

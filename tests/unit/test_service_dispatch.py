@@ -19,6 +19,8 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -454,6 +456,33 @@ def test_housekeeping_between_ticks_takes_from_the_wait_not_from_the_next_tick()
     assert ticks == [0.0, 0.5, 1.0]
     assert between == [pytest.approx(0.2), pytest.approx(0.7)]
     assert clock.sleeps == [pytest.approx(0.2)] * 2
+
+
+def test_each_tick_runs_inside_the_loops_turn_and_what_runs_between_ticks_outside() -> None:
+    clock, inside, seen = FakeClock(), [False], []
+
+    @contextmanager
+    def turn() -> Iterator[None]:
+        inside[0] = True
+        yield
+        inside[0] = False
+
+    def tick() -> TickReport:
+        seen.append(("tick", inside[0]))
+        return TickReport()
+
+    log = logging.getLogger(__name__)
+    loop = DispatcherLoop(
+        tick,
+        clock,
+        0.5,
+        log,
+        wait=clock.sleep,
+        between_ticks=lambda: seen.append(("between", inside[0])),
+        turn=turn,
+    )
+    loop.run(1.0)
+    assert seen == [("tick", True), ("between", False)] * 2
 
 
 def test_stop_before_the_first_tick_runs_none() -> None:

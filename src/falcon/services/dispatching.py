@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -524,7 +525,8 @@ class DispatcherLoop:
     that wait short too, for one more tick at once (a nudge during a tick: right after it). Each
     tick's end is noted for liveness, failed ticks included: a failing tick is the database's
     trouble, which readiness reports; only a loop that stops ticking is wedged. ``between_ticks``
-    runs after each tick, in the time up to the next: housekeeping that must not land inside one.
+    runs after each tick, in the time up to the next: housekeeping that must not land inside one;
+    ``turn`` wraps each tick, for such housekeeping to know when no loop is inside one.
     """
 
     def __init__(
@@ -536,9 +538,10 @@ class DispatcherLoop:
         wait: Callable[[float], object] | None = None,
         name: str = "loop",
         between_ticks: Callable[[], object] = lambda: None,
+        turn: Callable[[], AbstractContextManager[object]] = nullcontext,
     ) -> None:
         self._tick, self._clock, self._period, self._log = tick, clock, period, log
-        self.name, self._between_ticks = name, between_ticks
+        self.name, self._between_ticks, self._turn = name, between_ticks, turn
         self._woken = threading.Event()
         self.stop: threading.Event = _StopEvent(self._woken)
         self._wait = wait or self._woken.wait  # real time: a stop or a nudge ends the wait at once
@@ -553,7 +556,8 @@ class DispatcherLoop:
         ticks = 0
         while not self.stop.is_set() and (started := self._clock.monotonic()) < deadline:
             self._woken.clear()
-            self._timed_tick()
+            with self._turn():
+                self._timed_tick()
             ticks += 1
             if not self.stop.is_set():
                 self._between_ticks()
