@@ -42,7 +42,6 @@ from falcon.adapters.metrics import (
     timed_tick,
 )
 from falcon.adapters.runs import ThreadLauncher, next_scheduled_start
-from falcon.adapters.switching import switching_every
 from falcon.bootstrap import services, serving
 from falcon.services.context import Services
 from falcon.services.dispatching import Dispatcher, DispatcherLoop, MessagesBeside, all_live, run_beside
@@ -61,7 +60,6 @@ def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = No
         console_beside(),
         runs_in_process(services()) as svc,
         full_collections_between_ticks() as collections,
-        switching_every(),
     ):
         settings = svc.settings
         log = get_run_logger()
