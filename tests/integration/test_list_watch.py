@@ -7,12 +7,13 @@ resourceVersion too old to resume from (410 Gone) is listed again; a watch nobod
 ``list_jobs`` lists whole before the watch is in step, answers from it after (without a probe
 while the API server speaks on the watch, with one sent beside the caller when it fell silent),
 and still fails when the cluster's API does not answer, or hangs; ``pods_of_jobs`` answers from
-the pod watch once it is in step; ``job_and_pods`` answers from both once a round started them,
-and never starts one.
+the pod watch once it is in step (a failure of which is logged once); ``job_and_pods`` answers
+from both once a round started them, and never starts one.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -234,6 +235,28 @@ def test_pods_of_jobs_answers_from_the_pod_watch_once_it_is_in_step(api: k8s.Api
         "job-b-0"
     }
     assert calls_made("list_pods") == lists
+
+
+def test_a_pod_watch_that_fails_is_logged_once_and_its_callers_list_meanwhile(
+    api: k8s.ApiClient, emulator: EmulatorServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    jobs, core = KubernetesJobs(api, 5, watch_seconds=1), k8s.CoreV1Api(api)
+    core.create_namespaced_pod(NAMESPACE, pod_manifest("job-a-0", "job-a"))
+    jobs.pods_of_jobs(NAMESPACE, ["job-a"])
+    assert eventually(lambda: pods_answered_from_the_watch(jobs), bool)
+
+    inject_fault(emulator, "GET", r"/pods$", 503, "the API server is overloaded", times=1)
+    with caplog.at_level(logging.WARNING, logger="falcon.adapters.k8s"):
+        told = eventually(lambda: poll_pods(jobs) and "event=pod_watch_failed" in caplog.text, bool)
+        assert told and pod_names(jobs, ["job-a"]) == {"job-a-0"}
+        assert eventually(lambda: pods_answered_from_the_watch(jobs), bool)  # in step again
+    assert caplog.text.count("event=pod_watch_failed") == 1
+
+
+def poll_pods(jobs: KubernetesJobs) -> bool:
+    """A round's call for the pods of job-a (answered or listed: True)."""
+    jobs.pods_of_jobs(NAMESPACE, ["job-a"])
+    return True
 
 
 def test_job_and_pods_answer_from_the_rounds_watches_and_never_start_one(api: k8s.ApiClient) -> None:

@@ -111,11 +111,7 @@ class KubernetesJobs:
             watched = watch.objects(heard_within=HEARD_WITHIN_SECONDS)
             if watched is not None:
                 return watched
-            failure = watch.untold_failure()
-            if failure:
-                logger.warning(
-                    "event=job_watch_failed namespace=%s error=%s listing=every_round", namespace, failure
-                )
+            _log_failure(watch, "job_watch_failed", namespace)
         with kubernetes_errors(f"list Jobs in {namespace}", "list_jobs"):
             response = self._batch.list_namespaced_job(
                 namespace,
@@ -227,6 +223,8 @@ class KubernetesJobs:
         watched = watch.objects() if watch is not None else None
         if watched is not None:
             return [p for p in watched if p.job_name in names]
+        if watch is not None:
+            _log_failure(watch, "pod_watch_failed", namespace)
         selector = f"managed-by={MANAGED_BY}"
         if len(names) <= PODS_BY_NAME:
             selector += f",{TASK_LABEL} in ({','.join(sorted(names))})"
@@ -246,6 +244,13 @@ class KubernetesJobs:
                 _preload_content=False,
             )
             return [_pod_state(p) for p in _items(response)]
+
+
+def _log_failure(watch: ListWatch[Any], event: str, namespace: str) -> None:
+    """Why a watch failed, once per failure: its callers list as before meanwhile."""
+    failure = watch.untold_failure()
+    if failure:
+        logger.warning("event=%s namespace=%s error=%s listing=every_round", event, namespace, failure)
 
 
 def _items(response: Any) -> list[dict[str, Any]]:

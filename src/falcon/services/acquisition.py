@@ -461,10 +461,10 @@ def wait_pods_running(services: Services, view: TaskView, job_name: str) -> int:
     """Poll until every pod of the Job runs (or it already finished); returns pods running.
 
     One poll is one read of the row (abort and timeout together) and the Job's calls (answered
-    from the dispatcher's watches where they are in step); the Message is written only when it
-    changed. Pods that can never start end the task
-    (JobFailed), timeout or not: the slot is not held for a Job the cluster will not run. A Job
-    deleted by someone else ends it too, as it does once running: it is not submitted again."""
+    from the round's watches where they are in step); the Message is written only when it
+    changed. Pods that can never start end the task (JobFailed), timeout or not: the slot is not
+    held for a Job the cluster will not run. A Job deleted by someone else ends it too, as it
+    does once running: it is not submitted again."""
     namespace, total = view.cluster.namespace, view.shape.nodes
     clock, written = services.clock, None
     while True:
