@@ -7,8 +7,7 @@ resourceVersion too old to resume from (410 Gone) is listed again; a watch nobod
 ``list_jobs`` lists whole before the watch is in step, answers from it after (without a probe
 while the API server speaks on the watch, with one sent beside the caller when it fell silent),
 and still fails when the cluster's API does not answer, or hangs; ``pods_of_jobs`` answers from
-the pod watch once it is in step (a failure of which is logged once); ``job_and_pods`` answers
-from both once a round started them, and never starts one.
+the pod watch once it is in step (a failure of which is logged once).
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from falcon.adapters.db.session import session_scope
 from falcon.adapters.k8s import KubernetesJobs, _job_state
 from falcon.adapters.list_watch import ListWatch
 from falcon.bootstrap import Gateways
-from falcon.domain.errors import NotFoundError, TemporaryError
+from falcon.domain.errors import TemporaryError
 from falcon.domain.job_manifest import MANAGED_BY, TASK_LABEL
 from falcon.domain.workloads import JobState
 from falcon.settings import get_settings
@@ -257,38 +256,6 @@ def poll_pods(jobs: KubernetesJobs) -> bool:
     """A round's call for the pods of job-a (answered or listed: True)."""
     jobs.pods_of_jobs(NAMESPACE, ["job-a"])
     return True
-
-
-def test_job_and_pods_answer_from_the_rounds_watches_and_never_start_one(api: k8s.ApiClient) -> None:
-    """A task waiting for its pods asks for its Job and pods every poll: read, as long as no round
-    started the watches (a run in a process of its own starts none), then from them, seeing the
-    Job change; a Job deleted since is denied."""
-    jobs, core = KubernetesJobs(api, 5, watch_seconds=1), k8s.CoreV1Api(api)
-    uid = jobs.create_job(NAMESPACE, job_manifest("job-a"))
-    pod = pod_manifest("job-a-0", "job-a")
-    pod.metadata.labels["batch.kubernetes.io/job-name"] = "job-a"  # as the Job controller labels them
-    core.create_namespaced_pod(NAMESPACE, pod)
-
-    reads = calls_made("get_job"), calls_made("list_job_pods")
-    for _ in range(2):
-        job, pods = jobs.job_and_pods(NAMESPACE, "job-a")
-        assert job.suspended and [p.name for p in pods] == ["job-a-0"]
-    assert (calls_made("get_job"), calls_made("list_job_pods")) == (reads[0] + 2, reads[1] + 2)
-
-    jobs.list_jobs(NAMESPACE, SELECTOR)  # a round
-    jobs.pods_of_jobs(NAMESPACE, ["job-a"])
-    assert eventually(lambda: answered_from_the_watch(jobs), bool)
-    assert eventually(lambda: pods_answered_from_the_watch(jobs), bool)
-    reads = calls_made("get_job"), calls_made("list_job_pods")
-    jobs.resume_job(NAMESPACE, "job-a", uid)
-    job, pods = eventually(lambda: jobs.job_and_pods(NAMESPACE, "job-a"), lambda seen: not seen[0].suspended)
-    assert not job.suspended and "job-a-0" in {p.name for p in pods}
-    assert (calls_made("get_job"), calls_made("list_job_pods")) == reads
-
-    jobs.delete_job(NAMESPACE, "job-a")
-    eventually(lambda: by_name(jobs.list_jobs(NAMESPACE, SELECTOR)), lambda held: "job-a" not in held)
-    with pytest.raises(NotFoundError):
-        jobs.job_and_pods(NAMESPACE, "job-a")
 
 
 def pod_manifest(name: str, job_name: str) -> k8s.V1Pod:

@@ -1194,11 +1194,6 @@ class FakeClusterJobs:
         job = self.jobs.get((namespace, job_name))
         return job.pods() if job else []
 
-    def job_and_pods(self, namespace: str, name: str) -> tuple[JobState, list[PodState]]:
-        state = self.get_job(namespace, name)
-        self.calls[-1] = ("job_and_pods", name)
-        return state, self.jobs[(namespace, name)].pods()
-
 
 class FakeJobsOf:
     """``JobsOf``: the Kubernetes API of each cluster, made on first use."""

@@ -169,7 +169,7 @@ def test_all_pods_running_returns_their_count() -> None:
     k8s_of(svc).script(JOB, running_after=3)
     dispatch(svc, view, pool)
     assert wait_pods_running(svc, load_view(svc, "t1"), JOB) == 2
-    assert k8s_of(svc).count("job_and_pods") == 4
+    assert k8s_of(svc).count("get_job") == 4
 
 
 def test_message_is_written_only_when_it_changes() -> None:
@@ -214,7 +214,7 @@ def test_pods_waiting_for_their_nodes_are_polled_without_reading_the_warning_eve
     k8s_of(svc).script(JOB, running_after=5, unschedulable="0/1 nodes are available")
     dispatch(svc, view, pool)
     assert wait_pods_running(svc, load_view(svc, "t1"), JOB) == 2
-    assert k8s_of(svc).count("job_and_pods") == 6
+    assert k8s_of(svc).count("job_pods") == 6
     assert k8s_of(svc).count("warning_events") == 0
 
 

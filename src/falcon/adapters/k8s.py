@@ -80,23 +80,6 @@ class KubernetesJobs:
             )
             return _job_state(_json(response))
 
-    def job_and_pods(self, namespace: str, name: str) -> tuple[JobState, list[PodState]]:
-        """The Job and its pods, from the round's watches of Falcon's Jobs and pods (``list_jobs``,
-        ``pods_of_jobs``) where they run, are in step and hold them, else read: a task waiting
-        for its pods asks every poll, and at scale those reads were the API server's busiest
-        calls. Never starts a watch: in a run's own process it would list every Falcon Job and pod
-        for one task's sake. NotFoundError when there is no such Job."""
-        selector = f"managed-by={MANAGED_BY}"
-        job_watch = self._running_watch(self._job_watches, namespace, selector)
-        pod_watch = self._running_watch(self._pod_watches, namespace, selector)
-        job = job_watch.named(name) if job_watch is not None else None
-        if job is None:
-            job = self.get_job(namespace, name)
-        watched = pod_watch.objects() if pod_watch is not None else None
-        if watched is None:
-            return job, self.job_pods(namespace, name)
-        return job, [p for p in watched if p.job_name == name]
-
     def list_jobs(self, namespace: str, label_selector: str) -> list[JobState]:
         """Jobs are read as the API server's JSON, not the client's models: those cost about a
         millisecond per Job, which the dispatcher would pay for every running Job at every round.
@@ -134,13 +117,6 @@ class KubernetesJobs:
         return self._watch(
             self._pod_watches, self._core.list_namespaced_pod, "pods", namespace, selector, _pod_state
         )
-
-    def _running_watch(
-        self, watches: dict[tuple[str, str], ListWatch[_Object]], namespace: str, label_selector: str
-    ) -> ListWatch[_Object] | None:
-        with self._watches_lock:
-            watch = watches.get((namespace, label_selector))
-            return watch if watch is not None and watch.alive else None
 
     def _watch(
         self,

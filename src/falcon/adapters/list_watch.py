@@ -105,13 +105,6 @@ class ListWatch(Generic[_Object]):
                 raise TemporaryError(f"{self._what}: no answer from the API server in {silent:.0f} s")
             return list(self._objects.values())
 
-    def named(self, name: str) -> _Object | None:
-        """The object of this name as the watch last saw it; None while the cache is not in step,
-        or holds no such object (yet: one created a moment ago may not have reached it)."""
-        with self._lock:
-            self._asked = time.monotonic()
-            return self._objects.get(name) if self._in_step else None
-
     def untold_failure(self) -> str | None:
         """Why the watch last failed, once per failure: the caller logs it (this thread never does,
         as it may outlive the run that started it); None when nothing new failed."""

@@ -460,18 +460,18 @@ def submit_job(jobs: ClusterJobs, namespace: str, manifest: dict[str, Any]) -> s
 def wait_pods_running(services: Services, view: TaskView, job_name: str) -> int:
     """Poll until every pod of the Job runs (or it already finished); returns pods running.
 
-    One poll is one read of the row (abort and timeout together) and the Job's calls (answered
-    from the round's watches where they are in step); the Message is written only when it
-    changed. Pods that can never start end the task (JobFailed), timeout or not: the slot is not
-    held for a Job the cluster will not run. A Job deleted by someone else ends it too, as it
-    does once running: it is not submitted again."""
+    One poll is one read of the row (abort and timeout together) and the Job's calls; the
+    Message is written only when it changed. Pods that can never start end the task
+    (JobFailed), timeout or not: the slot is not held for a Job the cluster will not run. A Job
+    deleted by someone else ends it too, as it does once running: it is not submitted again."""
     namespace, total = view.cluster.namespace, view.shape.nodes
     clock, written = services.clock, None
     while True:
         task = services.ensure_active(view.task.id)
         try:
             jobs = services.jobs(view.cluster)  # the cluster's client may still need GKE to find it
-            job, pods = jobs.job_and_pods(namespace, job_name)
+            job = jobs.get_job(namespace, job_name)
+            pods = jobs.job_pods(namespace, job_name)
             running = sum(1 for p in pods if p.phase == "Running")
             decide = running < total and events_may_decide(job, pods)
             events = jobs.warning_events(namespace) if decide else []
