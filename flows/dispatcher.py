@@ -65,32 +65,22 @@ def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = No
         log = get_run_logger()
         messages = MessagesBeside(partial(timed_write, svc.store.set_waiting_messages), log)
         work = Dispatcher(svc, publish=ViewArtifact(), messages=messages)
-        ticking = DispatcherLoop(
-            timed_tick(work.pick_tick),
-            svc.clock,
-            tick_seconds or settings.tick_seconds,
-            log,
-            name="tick",
+        # Every loop: the same clock and log, and full collections only when none is in a turn.
+        loop = partial(
+            DispatcherLoop,
+            clock=svc.clock,
+            log=log,
             between_ticks=collections.between_ticks,
             turn=collections.turn,
         )
-        reconciling = DispatcherLoop(
-            timed_tick(work.reconcile, RECONCILE_SECONDS),
-            svc.clock,
-            settings.reconcile_seconds,
-            log,
-            name="reconcile",
-            between_ticks=collections.between_ticks,
-            turn=collections.turn,
+        ticking = loop(timed_tick(work.pick_tick), period=tick_seconds or settings.tick_seconds, name="tick")
+        reconciling = loop(
+            timed_tick(work.reconcile, RECONCILE_SECONDS), period=settings.reconcile_seconds, name="reconcile"
         )
-        housekeeping = DispatcherLoop(
+        housekeeping = loop(
             timed_tick(work.housekeep, HOUSEKEEPING_SECONDS),
-            svc.clock,
-            housekeeping_period(settings),
-            log,
+            period=housekeeping_period(settings),
             name="housekeeping",
-            between_ticks=collections.between_ticks,
-            turn=collections.turn,
         )
         work.on_pool_offered = ticking.nudge
         work.on_steps = observe_steps
