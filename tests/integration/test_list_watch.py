@@ -1,13 +1,14 @@
-"""Falcon's Jobs and pods followed by a list and a watch (``ListWatch``), against the emulator over
-HTTP through the official client, and ``KubernetesJobs.list_jobs`` and ``pods_of_jobs`` answering
-from it.
+"""Falcon's Jobs, pods and Warning events followed by a list and a watch (``ListWatch``), against
+the emulator over HTTP through the official client, and ``KubernetesJobs.list_jobs``,
+``pods_of_jobs`` and ``warning_events`` answering from it.
 
 We test: the watch is in step after its list and follows a Job created, resumed and deleted; a
 resourceVersion too old to resume from (410 Gone) is listed again; a watch nobody asks for stops;
 ``list_jobs`` lists whole before the watch is in step, answers from it after (without a probe
 while the API server speaks on the watch, with one sent beside the caller when it fell silent),
 and still fails when the cluster's API does not answer, or hangs; ``pods_of_jobs`` answers from
-the pod watch once it is in step (a failure of which is logged once).
+the pod watch once it is in step (a failure of which is logged once), and ``warning_events``
+from the watch of Warning events.
 """
 
 from __future__ import annotations
@@ -256,6 +257,47 @@ def poll_pods(jobs: KubernetesJobs) -> bool:
     """A round's call for the pods of job-a (answered or listed: True)."""
     jobs.pods_of_jobs(NAMESPACE, ["job-a"])
     return True
+
+
+def test_warning_events_answers_from_the_event_watch_once_it_is_in_step(api: k8s.ApiClient) -> None:
+    """Warning events recorded beside the round: the first call lists them, later ones answer from
+    the watch, which follows an event added and one deleted, keeps two events of one pod apart
+    (an event is known by its own name) and leaves Normal events out."""
+    jobs, core = KubernetesJobs(api, 5, watch_seconds=1), k8s.CoreV1Api(api)
+    core.create_namespaced_event(NAMESPACE, event_manifest("e1", "job-a-0", "FailedMount"))
+    assert warnings(jobs) == {("job-a-0", "FailedMount")}
+    assert eventually(lambda: events_answered_from_the_watch(jobs), bool)  # once the watch is in step
+
+    lists = calls_made("list_events")
+    core.create_namespaced_event(NAMESPACE, event_manifest("e2", "job-a-0", "Failed"))
+    core.create_namespaced_event(NAMESPACE, event_manifest("e3", "job-b-0", "Pulled", kind="Normal"))
+    expected = {("job-a-0", "FailedMount"), ("job-a-0", "Failed")}
+    assert eventually(lambda: warnings(jobs), lambda seen: seen == expected) == expected
+    core.delete_namespaced_event("e1", NAMESPACE)
+    assert eventually(lambda: warnings(jobs), lambda seen: seen == {("job-a-0", "Failed")}) == {
+        ("job-a-0", "Failed")
+    }
+    assert calls_made("list_events") == lists
+
+
+def event_manifest(name: str, pod: str, reason: str, kind: str = "Warning") -> k8s.CoreV1Event:
+    return k8s.CoreV1Event(
+        metadata=k8s.V1ObjectMeta(name=name),
+        involved_object=k8s.V1ObjectReference(kind="Pod", name=pod, namespace=NAMESPACE),
+        reason=reason,
+        message=f"{reason} on {pod}",
+        type=kind,
+    )
+
+
+def warnings(jobs: KubernetesJobs) -> set[tuple[str, str]]:
+    return {(event.name, event.reason) for event in jobs.warning_events(NAMESPACE)}
+
+
+def events_answered_from_the_watch(jobs: KubernetesJobs) -> bool:
+    before = calls_made("list_events")
+    jobs.warning_events(NAMESPACE)
+    return calls_made("list_events") == before
 
 
 def pod_manifest(name: str, job_name: str) -> k8s.V1Pod:

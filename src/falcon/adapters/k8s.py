@@ -22,7 +22,9 @@ from falcon.domain.job_manifest import MANAGED_BY, TASK_ID_ANNOTATION, TASK_LABE
 from falcon.domain.workloads import ClusterEvent, FalconService, JobState, PodState
 
 logger = logging.getLogger(__name__)
-_Object = TypeVar("_Object", JobState, PodState)
+_Object = TypeVar("_Object", JobState, PodState, ClusterEvent)
+
+WARNING = "type=Warning"  # the field selector of the events start_failure reads
 
 # A reconcile round names at most this many Jobs in its pod selector; it lists every Falcon pod
 # past that (a ramp, when most Jobs start at once).
@@ -41,9 +43,10 @@ class KubernetesJobs:
         self._core = k8s.CoreV1Api(api_client)
         self._batch = k8s.BatchV1Api(api_client)
         self._timeout = timeout
-        self._watch_seconds = watch_seconds  # 0: every list_jobs and pods_of_jobs lists
+        self._watch_seconds = watch_seconds  # 0: every list_jobs, pods_of_jobs and warning_events lists
         self._job_watches: dict[tuple[str, str], ListWatch[JobState]] = {}
         self._pod_watches: dict[tuple[str, str], ListWatch[PodState]] = {}
+        self._event_watches: dict[tuple[str, str], ListWatch[ClusterEvent]] = {}
         self._watches_lock = threading.Lock()
 
     def ensure_namespace(self, namespace: str) -> None:
@@ -118,6 +121,12 @@ class KubernetesJobs:
             self._pod_watches, self._core.list_namespaced_pod, "pods", namespace, selector, _pod_state
         )
 
+    def _warning_watch(self, namespace: str) -> ListWatch[ClusterEvent] | None:
+        """The watch of the namespace's Warning events, as ``_job_watch``."""
+        return self._watch(
+            self._event_watches, self._core.list_namespaced_event, "events", namespace, "", _event, WARNING
+        )
+
     def _watch(
         self,
         watches: dict[tuple[str, str], ListWatch[_Object]],
@@ -126,6 +135,7 @@ class KubernetesJobs:
         namespace: str,
         label_selector: str,
         parse: Callable[[dict[str, Any]], _Object],
+        field_selector: str = "",
     ) -> ListWatch[_Object] | None:
         if not self._watch_seconds:
             return None
@@ -142,6 +152,7 @@ class KubernetesJobs:
                     self._timeout,
                     self._watch_seconds,
                     idle_seconds=WATCH_IDLE_SECONDS,
+                    field_selector=field_selector,
                 )
             return watch
 
@@ -176,11 +187,19 @@ class KubernetesJobs:
         return [_service(s) for s in found.items]
 
     def warning_events(self, namespace: str) -> list[ClusterEvent]:
-        """Every Warning Event of the namespace in one call (field selector ``type=Warning``)."""
+        """Every Warning Event of the namespace. With ``watch_seconds``, from a watch of them
+        while it is in step: the API server keeps an hour of events and a list reads them all,
+        which made it the slowest call of a round at scale; otherwise in one call."""
+        watch = self._warning_watch(namespace)
+        watched = watch.objects() if watch is not None else None
+        if watched is not None:
+            return watched
+        if watch is not None:
+            _log_failure(watch, "event_watch_failed", namespace)
         with kubernetes_errors(f"list Warning events in {namespace}", "list_events"):
             response = self._core.list_namespaced_event(
                 namespace,
-                field_selector="type=Warning",
+                field_selector=WARNING,
                 _request_timeout=self._timeout,
                 _preload_content=False,
             )

@@ -1,19 +1,20 @@
-"""Falcon's Jobs (or pods) on one cluster kept by a list and then a watch, as an informer keeps
-its cache.
+"""Falcon's Jobs (or pods, or the namespace's Warning events) on one cluster kept by a list and
+then a watch, as an informer keeps its cache.
 
-A reconcile round follows every running Job, and reads the pods of those not all ready. Listing
-them each round costs the API server and the dispatcher's process a parse of every object (at a
-thousand Jobs, most of a round's time), and the round waits for each answer; a watch sends only
-what changed. The cache is answered only while it is in step: after its list and while its watch
-stands. Whenever it is not (starting, relisting after a 410 Gone, the cluster's API in trouble),
-``objects`` answers None and the caller lists them itself, so that a cluster that does not answer
-is still seen not to answer. The watch also tells when the API server last spoke on it (its list,
-a watch request answered, an event or a bookmark). A caller may ask for ``objects`` heard within
-a moment; when the API server has been silent longer (objects that do not change), the watch asks
-it for one object *beside* the caller, which is answered from the cache meanwhile and told at a
-later call if that probe failed or went unanswered: a round never waits on a probe, nor on a
-cluster that hangs. A watch that failed says why once, to the next caller (``untold_failure``),
-which logs it.
+A reconcile round follows every running Job, and reads the pods of those not all ready and, when
+they could decide, the Warning events. Listing them each round costs the API server and the
+dispatcher's process a parse of every object (at a thousand Jobs, most of a round's time; an event
+list reads every event the namespace kept in the last hour), and the round waits for each answer; a
+watch sends only what changed. The cache is answered only while it is in step: after its list and
+while its watch stands. Whenever it is not (starting, relisting after a 410 Gone, the cluster's API
+in trouble), ``objects`` answers None and the caller lists them itself, so that a cluster that does
+not answer is still seen not to answer. The watch also tells when the API server last spoke on it
+(its list, a watch request answered, an event or a bookmark). A caller may ask for ``objects``
+heard within a moment; when the API server has been silent longer (objects that do not change), the
+watch asks it for one object *beside* the caller, which is answered from the cache meanwhile and
+told at a later call if that probe failed or went unanswered: a round never waits on a probe, nor
+on a cluster that hangs. A watch that failed says why once, to the next caller
+(``untold_failure``), which logs it.
 
 Each watch request lasts ``watch_seconds`` (the API server ends it; the client's read timeout
 is a little longer, never forever on a dead connection), then resumes from the last
@@ -28,7 +29,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
@@ -41,18 +42,14 @@ RETRY_SECONDS = 2.0  # after a failed list or watch, before listing again; doubl
 RETRY_CAP_SECONDS = 30.0
 
 
-class Named(Protocol):
-    @property
-    def name(self) -> str: ...
-
-
-_Object = TypeVar("_Object", bound=Named)
+_Object = TypeVar("_Object")
 
 
 class ListWatch(Generic[_Object]):
-    """The objects of one (namespace, label selector), in step with the API server or not
-    answered. ``lister`` is the client's namespaced list call (``BatchV1Api.list_namespaced_job``,
-    ``CoreV1Api.list_namespaced_pod``), ``kind`` names them in errors and call metrics."""
+    """The objects of one (namespace, label and field selector), by their name in the API, in
+    step with the API server or not answered. ``lister`` is the client's namespaced list call
+    (``BatchV1Api.list_namespaced_job``, ``CoreV1Api.list_namespaced_pod``), ``kind`` names them
+    in errors and call metrics."""
 
     def __init__(
         self,
@@ -64,9 +61,12 @@ class ListWatch(Generic[_Object]):
         timeout: float,
         watch_seconds: int,
         idle_seconds: float,
+        field_selector: str = "",
     ) -> None:
-        self._lister, self._kind = lister, kind
-        self._namespace, self._selector = namespace, label_selector
+        self._lister, self._kind, self._namespace = lister, kind, namespace
+        self._selectors = {"label_selector": label_selector} | (
+            {"field_selector": field_selector} if field_selector else {}
+        )
         self._parse, self._timeout, self._watch_seconds = parse, timeout, watch_seconds
         self._idle_seconds = idle_seconds
         self._lock = threading.Lock()
@@ -151,7 +151,7 @@ class ListWatch(Generic[_Object]):
             with kubernetes_errors(self._what, f"probe_{self._kind}"):
                 response: Any = self._lister(
                     self._namespace,
-                    label_selector=self._selector,
+                    **self._selectors,
                     limit=1,
                     _request_timeout=self._timeout,
                     _preload_content=False,
@@ -169,12 +169,12 @@ class ListWatch(Generic[_Object]):
         with kubernetes_errors(self._what, f"list_{self._kind}_to_watch"):
             response: Any = self._lister(
                 self._namespace,
-                label_selector=self._selector,
+                **self._selectors,
                 _request_timeout=self._timeout,
                 _preload_content=False,
             )
             listed = json.loads(response.data)
-        self._step(True, {one.name: one for one in map(self._parse, listed.get("items") or [])})
+        self._step(True, {_name(item): self._parse(item) for item in listed.get("items") or []})
         return str((listed.get("metadata") or {}).get("resourceVersion") or "")
 
     def _watch(self, version: str) -> str:
@@ -186,16 +186,16 @@ class ListWatch(Generic[_Object]):
             one = self._parse(obj)
             with self._lock:
                 if kind == "DELETED":
-                    self._objects.pop(one.name, None)
+                    self._objects.pop(_name(obj), None)
                 else:
-                    self._objects[one.name] = one
+                    self._objects[_name(obj)] = one
         return version
 
     def _events(self, version: str) -> Iterator[tuple[str, dict[str, Any]]]:
         try:
             response: Any = self._lister(
                 self._namespace,
-                label_selector=self._selector,
+                **self._selectors,
                 watch=True,
                 resource_version=version,
                 allow_watch_bookmarks=True,
@@ -223,3 +223,8 @@ class ListWatch(Generic[_Object]):
         finally:
             response.close()
             response.release_conn()
+
+
+def _name(obj: dict[str, Any]) -> str:
+    """An object's name in the API (an Event's is its own, not its involved object's)."""
+    return str((obj.get("metadata") or {}).get("name") or "")
