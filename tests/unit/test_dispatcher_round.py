@@ -84,7 +84,7 @@ def test_the_round_follows_its_clusters_at_once_in_its_context_and_reports_them_
 
 def test_the_round_releases_the_tasks_whose_pool_it_kept_at_once_beside_it_in_its_context() -> None:
     svc, report, seen = _round_meeting_in("delete_job", waiting=True)
-    assert report.offered == ["t1", "t2"]
+    assert report.ended == ["t1", "t2"]
     assert seen == ["the round's", "the round's"]
     assert [svc.store.progress[t].phase for t in ("t1", "t2")] == [Phase.DONE, Phase.DONE]  # type: ignore[attr-defined]
 

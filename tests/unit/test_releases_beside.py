@@ -1,19 +1,21 @@
-"""ReleasesBeside: each task handed over is released once, on its threads; what a release that
-failed (or raised) leaves is forgotten, for the round's release run to take."""
+"""ReleasesBeside: each task handed over is released once, on its threads; each release over is
+told once, with whether it ended its task; what a release that failed (or raised) leaves is
+forgotten, for the round's release run to take."""
 
 from __future__ import annotations
 
 import logging
 import threading
+from functools import partial
 
 import pytest
 
 from falcon.services.releases_beside import ReleasesBeside
 
 
-def _closed_after(beside: ReleasesBeside) -> list[str]:
+def _closed_after(beside: ReleasesBeside) -> dict[str, bool]:
     beside.close()
-    return beside.ended()
+    return beside.done()
 
 
 def test_a_task_handed_over_twice_while_under_way_is_released_once() -> None:
@@ -23,13 +25,13 @@ def test_a_task_handed_over_twice_while_under_way_is_released_once() -> None:
         calls.append(task_id)
         return gate.wait(5)
 
-    beside = ReleasesBeside(release, threads=2)
-    beside.hand_over(["t1", "t2"])
-    beside.hand_over(["t1"])
+    beside = ReleasesBeside(threads=2)
+    beside.hand_over({"t1": partial(release, "t1"), "t2": partial(release, "t2")})
+    beside.hand_over({"t1": partial(release, "t1")})
     assert beside.under_way() == {"t1", "t2"}
     gate.set()
-    assert _closed_after(beside) == ["t1", "t2"] and sorted(calls) == ["t1", "t2"]
-    assert beside.under_way() == frozenset()
+    assert _closed_after(beside) == {"t1": True, "t2": True} and sorted(calls) == ["t1", "t2"]
+    assert beside.under_way() == frozenset() and beside.done() == {}
 
 
 def test_a_release_that_failed_or_raised_is_forgotten_and_the_raise_logged(
@@ -40,9 +42,9 @@ def test_a_release_that_failed_or_raised_is_forgotten_and_the_raise_logged(
             raise RuntimeError("database gone")
         return task_id == "ends"
 
-    beside = ReleasesBeside(release, threads=1)
-    beside.hand_over(["ends", "fails", "raises"])
+    beside = ReleasesBeside(threads=1)
+    beside.hand_over({task_id: partial(release, task_id) for task_id in ("ends", "fails", "raises")})
     with caplog.at_level(logging.ERROR):
-        assert _closed_after(beside) == ["ends"]
+        assert _closed_after(beside) == {"ends": True, "fails": False, "raises": False}
     assert beside.under_way() == frozenset()
     assert [r.getMessage() for r in caplog.records] == ["event=release_in_round_failed task_id=raises"]

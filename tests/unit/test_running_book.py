@@ -1,5 +1,6 @@
 """The round's running tasks in memory (``RunningBook``): what changed is read, and every row
-only at start, when the count says the book is wrong, and every FULL_READ_SECONDS."""
+only at start, when the count says the book is wrong, and every FULL_READ_SECONDS; a task whose
+end is being written beside the round is not followed again meanwhile."""
 
 from __future__ import annotations
 
@@ -127,3 +128,27 @@ def test_a_task_held_in_the_book_that_another_step_ended_is_reported_left_not_en
     k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
     followed = reconcile.follow_running(svc, clusters_of(svc), running=held)
     assert (followed.ended, followed.left) == ([], ["t1"])
+
+
+def test_a_task_whose_end_is_written_beside_the_round_is_not_followed_again_meanwhile() -> None:
+    """Handed over, t1 still reads as running until its write lands: the book neither follows it
+    nor takes the count's extra task for a drift; once written, the count agrees again."""
+    svc, store, book = _two_running_read_once()
+    book.leaving(["t1"])
+    svc.clock.advance(1)
+    assert _read(book, svc) == ["t2"]  # t1's write not landed yet
+    assert record_outcome(svc, "t1", succeeded(svc.say), [Phase.RUNNING])
+    book.settled(["t1"])
+    svc.clock.advance(1)
+    assert _read(book, svc) == ["t2"]
+    assert store.full_reads == 1
+
+
+def test_a_task_whose_write_beside_failed_is_read_again_and_followed() -> None:
+    svc, store, book = _two_running_read_once()
+    svc.clock.advance(2 * OVERLAP.total_seconds())
+    _read(book, svc)  # t1 no longer reads as new: only the count can bring it back
+    book.leaving(["t1"])
+    book.settled(["t1"])  # over, and t1 still running: its write failed
+    assert _read(book, svc) == ["t1", "t2"]
+    assert store.full_reads == 2

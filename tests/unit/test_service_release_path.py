@@ -1,8 +1,9 @@
 """Fast release (issue 10): from a Job's end to its task's terminal status, Falcon adds one Job
 list (the reconcile round) and the release's own calls; nothing waits on a run's start or polls,
 except for GKE deleting a pool, which is GKE's own time. A Job that ended by itself has its pool
-kept (or marked and its deletion asked for) by the round that saw the end; a kept pool's task is
-finished beside that round (``ReleasesBeside``), a deleted pool's by a release run."""
+kept (or marked and its deletion asked for) beside the round that saw the end, which never waits
+for those writes (``ReleasesBeside``); a kept pool's task is finished there too, a deleted
+pool's by a release run."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from tests.unit.fakes import arrivals, k8s_of, queued, running
 
 from falcon.domain.errors import TemporaryError
+from falcon.domain.events import Stage, TaskMove
 from falcon.domain.lifecycle import Phase, PoolState
 from falcon.domain.model import QueueKey, k8s_job_name_for, node_pool_name_for
 from falcon.domain.status import Status
@@ -23,6 +25,15 @@ from falcon.services.dispatching import Dispatcher, TickReport
 from falcon.services.release import release
 
 QUEUE = QueueKey("c1", "2x2")
+
+
+def _one_tick(svc: Services) -> TickReport:
+    """A tick, and what its round handed over beside it done."""
+    dispatcher = Dispatcher(svc)
+    try:
+        return dispatcher.tick()
+    finally:
+        dispatcher.close()
 
 
 def _next_rounds_until(dispatcher: Dispatcher, seen: Callable[[TickReport], bool]) -> TickReport:
@@ -49,7 +60,7 @@ def test_the_round_that_sees_a_job_end_and_keeps_its_pool_finishes_the_task(svc:
         later = _next_rounds_until(dispatcher, lambda r: bool(r.released))
     finally:
         dispatcher.close()
-    assert report.ended == report.offered == later.released == ["t1"]
+    assert report.ended == later.released == ["t1"]
     assert report.started == later.started == []
     assert svc.launcher.releases == []  # type: ignore[attr-defined]
     assert svc.store.task("t1").status is Status.SUCCEEDED
@@ -59,16 +70,19 @@ def test_the_round_that_sees_a_job_end_and_keeps_its_pool_finishes_the_task(svc:
 
 
 def test_a_task_whose_pool_is_deleted_gets_a_release_run(svc: Services) -> None:
-    """Deleting a pool waits for GKE: that wait is a release run's, never the round's."""
+    """Deleting a pool waits for GKE: that wait is a release run's, never the round's. The round
+    after the one that saw the end (whose writes were under way beside it) starts that run."""
     arrivals(svc, QUEUE)
     running(svc, "t1")
     k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
     dispatcher = Dispatcher(svc)
     try:
         report = dispatcher.reconcile()
+        later = _next_rounds_until(dispatcher, lambda r: bool(r.started))
     finally:
         dispatcher.close()
-    assert report.ended == ["t1"] and report.offered == [] and report.started == ["t1"]
+    assert report.ended == ["t1"] and report.started == []
+    assert later.started == ["t1"] and later.released == []
     assert svc.launcher.releases == [("t1", 1)]  # type: ignore[attr-defined]
     assert svc.store.task_view_rows("t1")[2].phase is Phase.RELEASING
 
@@ -84,7 +98,7 @@ def test_a_job_deletion_that_fails_beside_the_round_is_left_to_a_release_run(svc
         later = _next_rounds_until(dispatcher, lambda r: bool(r.started))
     finally:
         dispatcher.close()
-    assert report.offered == ["t1"] and report.started == []  # its release beside was under way
+    assert report.ended == ["t1"] and report.started == []  # its release beside was under way
     assert later.released == [] and later.started == ["t1"]
     assert svc.launcher.releases == [("t1", 1)]  # type: ignore[attr-defined]
     assert svc.store.task_view_rows("t1")[2].phase is Phase.RELEASING
@@ -120,7 +134,7 @@ def test_a_round_never_waits_for_the_job_deletions_of_the_tasks_whose_pool_it_ke
     finally:
         round_over.set()
         dispatcher.close()
-    assert report.offered == ["t1", "t2", "t3"] and report.released == report.started == []
+    assert report.ended == ["t1", "t2", "t3"] and report.released == report.started == []
     assert later.released == ["t1", "t2", "t3"] and later.started == []
     assert all(svc.store.task(t).status is Status.SUCCEEDED for t in later.released)
     assert svc.launcher.releases == []  # type: ignore[attr-defined]
@@ -128,11 +142,42 @@ def test_a_round_never_waits_for_the_job_deletions_of_the_tasks_whose_pool_it_ke
     assert loop == "reconcile" and list(round_steps)[:5] == ["follow", "release", "supervise", "reap", "warm"]
 
 
+def test_a_round_never_waits_for_the_writes_of_the_endings_it_saw(svc: Services) -> None:
+    """Recording how a task ends and settling its pool are the round's writes no more: here the
+    step that records the outcome is held (when it tells of the move) until the round is over,
+    and the round still returns, reporting the ending; a later round starts no second release
+    for it while that step is under way."""
+    running(svc, "t1")
+    queued(svc, "w1")
+    k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
+    events, round_over = svc.events, threading.Event()
+    moved = events.moved
+
+    def held(move: TaskMove) -> None:
+        if move.target is Stage.RELEASING:
+            assert round_over.wait(5)
+        moved(move)
+
+    events.moved = held  # type: ignore[method-assign]
+    dispatcher = Dispatcher(svc)
+    try:
+        report = dispatcher.reconcile()
+        assert dispatcher.reconcile().started == []
+        round_over.set()
+        later = _next_rounds_until(dispatcher, lambda r: bool(r.released))
+    finally:
+        round_over.set()
+        dispatcher.close()
+    assert report.ended == ["t1"] and later.released == ["t1"]
+    assert svc.store.task("t1").status is Status.SUCCEEDED
+    assert svc.launcher.releases == []  # type: ignore[attr-defined]
+
+
 def test_a_release_that_keeps_the_pool_never_waits(svc: Services) -> None:
     running(svc, "t1")
     queued(svc, "t2")
     k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
-    Dispatcher(svc).tick()
+    _one_tick(svc)
     waits_before = len(svc.clock.sleeps)  # type: ignore[attr-defined]
     assert release(svc, "t1").status is Status.SUCCEEDED
     assert len(svc.clock.sleeps) == waits_before  # type: ignore[attr-defined]
@@ -145,7 +190,7 @@ def test_a_release_that_deletes_the_pool_waits_only_for_gke(svc: Services) -> No
     svc.node_pools.script(pool, polls_to_delete=3)  # type: ignore[attr-defined]
     running(svc, "t1")
     k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
-    Dispatcher(svc).tick()
+    _one_tick(svc)
     # the round that saw the Job end marked the pool and asked GKE at once, before any release run
     assert svc.node_pools.count("delete") == 1  # type: ignore[attr-defined]
     waits_before = len(svc.clock.sleeps)  # type: ignore[attr-defined]
@@ -170,12 +215,12 @@ def test_the_deployed_tick_leaves_jobs_to_the_reconcile_loop_beside_it(svc: Serv
     assert svc.store.task("t1").status is Status.SUCCEEDED
 
 
-def test_a_job_that_ended_by_itself_has_its_pool_kept_by_that_round_and_the_tick_nudged(
+def test_a_job_that_ended_by_itself_has_its_pool_kept_beside_that_round_and_the_tick_nudged(
     svc: Services,
 ) -> None:
-    """The Job's pods are done, so its nodes are free: the round that sees the end keeps the pool
-    for the waiting task, finishes the task (its Job deleted) and nudges the tick loop; the
-    waiting task then takes the pool."""
+    """The Job's pods are done, so its nodes are free: beside the round that sees the end, the
+    pool is kept for the waiting task, the task finished (its Job deleted) and the tick loop
+    nudged; the waiting task then takes the pool."""
     running(svc, "t1")
     queued(svc, "t2")
     k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
@@ -183,11 +228,11 @@ def test_a_job_that_ended_by_itself_has_its_pool_kept_by_that_round_and_the_tick
     dispatcher.on_pool_offered = lambda: nudges.append(1)
     try:
         report = dispatcher.reconcile()
-        pool = svc.store.pool("c1", node_pool_name_for("t1", "2x2"))
-        assert report.offered == ["t1"] and nudges == [1]
-        assert (pool.state, pool.holder_task_id) == (PoolState.IDLE, None)
     finally:
-        dispatcher.close()
+        dispatcher.close()  # waits for what the round handed over
+    pool = svc.store.pool("c1", node_pool_name_for("t1", "2x2"))
+    assert report.ended == ["t1"] and nudges == [1]
+    assert (pool.state, pool.holder_task_id) == (PoolState.IDLE, None)
     assert svc.store.task("t1").status is Status.SUCCEEDED and k8s_of(svc).jobs == {}
     svc.store.start_acquiring("t2", QUEUE, "alice", "lease-2", "picked", svc.clock.now())
     assert provision(svc, load_view(svc, "t2")).name == pool.name  # the hand-over
@@ -210,7 +255,7 @@ def test_a_job_whose_pods_may_still_run_leaves_its_pool_to_the_release_run(svc: 
     finally:
         dispatcher.close()
     pool = svc.store.pool("c1", node_pool_name_for("t1", "2x2"))
-    assert report.ended == ["t1"] and report.offered == [] and nudges == []
+    assert report.ended == ["t1"] and nudges == []
     assert (pool.state, pool.holder_task_id) == (PoolState.IN_USE, "t1")
     assert release(svc, "t1").status is Status.ABORTED
     assert svc.store.pool("c1", pool.name).state is PoolState.IDLE  # kept for t2 once the Job went

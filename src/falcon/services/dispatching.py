@@ -112,9 +112,8 @@ class TickReport:
     aborted: list[str] = field(default_factory=list)
     picked: list[str] = field(default_factory=list)
     deferred: list[str] = field(default_factory=list)  # slots of queues whose pick the slot service delayed
-    ended: list[str] = field(default_factory=list)
-    offered: list[str] = field(default_factory=list)  # ended tasks whose pool was kept for their queue
-    # Offered tasks ended beside the rounds (ReleasesBeside) since the round before this one.
+    ended: list[str] = field(default_factory=list)  # running tasks whose end was handed over beside the round
+    # Tasks ended beside the rounds (ReleasesBeside: their pool kept) since the round before this one.
     released: list[str] = field(default_factory=list)
     started: list[str] = field(default_factory=list)
     reaped: list[str] = field(default_factory=list)
@@ -215,7 +214,7 @@ class Dispatcher:
         self._launches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="launch")
         self._round_work = ThreadPoolExecutor(max_workers=ROUND_THREADS, thread_name_prefix="round")
         self._fan_out = reconcile.fan_out_on(self._round_work)
-        self._releases = ReleasesBeside(partial(reconcile.release_kept, services), ROUND_THREADS)
+        self._releases = ReleasesBeside(ROUND_THREADS)
         self._reaper_calls = ReaperCallsBeside(ROUND_THREADS)
         settings = services.settings
         self._refresh = Every(settings.queue_refresh_seconds)
@@ -274,6 +273,10 @@ class Dispatcher:
         self._housekeep(report, laps)
         self._done("housekeeping", laps)
         return report
+
+    def _pool_offered(self) -> None:
+        """A pool kept beside the round: a waiting task may take it, so pick now, not at the next tick."""
+        self.on_pool_offered()
 
     def _done(self, loop: str, laps: Laps) -> None:
         self.on_steps(loop, laps.phases)
@@ -377,14 +380,16 @@ class Dispatcher:
             running = self._running.read(store, svc.clock.now())
         waiting = self._waiting_counts
         waited_for = {queue.cluster_id for queue in waiting}
-        followed = reconcile.follow_running(svc, clusters, waited_for, self._fan_out, running)
-        self._running.forget(followed.ended + followed.left)
-        report.ended, report.offered = followed.ended, followed.offered
-        if followed.offered:
-            self.on_pool_offered()  # a waiting task may take it: pick now, not at the next tick
+        seen = reconcile.find_endings(svc, clusters, waited_for, self._fan_out, running)
+        report.ended = [ending.task.id for ending in seen.endings]
+        self._running.leaving(report.ended)
         laps.lap("follow")
-        report.released = self._releases.ended()
-        self._releases.hand_over(followed.offered)
+        done = self._releases.done()
+        self._running.settled(done)
+        report.released = [task_id for task_id, ended in done.items() if ended]
+        self._releases.hand_over(
+            {e.task.id: partial(reconcile.release_ended, svc, e, self._pool_offered) for e in seen.endings}
+        )
         laps.lap("release")
         report.started = reconcile.supervise_runs(svc, self._unlaunched, self._releases.under_way())
         laps.lap("supervise")
@@ -408,7 +413,7 @@ class Dispatcher:
         laps.lap("reap")
         self._next_fire = next_change(rules, now)
         report.warming = self._warmer.converge(clusters, rules, targets, pools, now)
-        self._note_reachability(followed.unreachable, clusters)
+        self._note_reachability(seen.unreachable, clusters)
         laps.lap("warm")
 
     def _housekeep(self, report: TickReport, laps: Laps) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import Enum
 from functools import partial
 from typing import Protocol, TypeVar
 
@@ -89,11 +90,70 @@ def abort_unstarted(
 
 
 @dataclass(frozen=True)
+class Ending:
+    """A running task whose Job ended, vanished, timed out or was aborted, and how it ends."""
+
+    task: RunningTask
+    cluster: Cluster
+    outcome: Outcome
+    pods_done: bool  # the Job ended by itself and no pod is left: the pool's nodes are free
+
+
+@dataclass(frozen=True)
+class Seen:
+    endings: list[Ending]
+    unreachable: dict[str, str]  # cluster id -> why its Kubernetes API did not answer this round
+
+
+class Settled(Enum):
+    """What ``settle_ending`` did with an ending."""
+
+    LEFT = "left"  # another step had moved the task out of running
+    RELEASING = "releasing"  # moved to releasing; a release run finishes it
+    OFFERED = "offered"  # moved to releasing, its pool kept for the queue: nothing left to wait for
+
+
+@dataclass(frozen=True)
 class Followed:
     ended: list[str]  # running tasks whose Job ended, vanished, timed out or was aborted
     unreachable: dict[str, str]  # cluster id -> why its Kubernetes API did not answer this round
     offered: list[str] = field(default_factory=list)  # ended tasks whose pool was kept for the queue
     left: list[str] = field(default_factory=list)  # tasks another step had moved out of running
+
+
+def find_endings(
+    services: Services,
+    clusters: Clusters,
+    waited_for: Set[str] = frozenset(),
+    fan_out: FanOut = map,
+    running: Sequence[RunningTask] | None = None,
+) -> Seen:
+    """One Job list per cluster with running tasks or in ``waited_for`` (clusters tasks wait for:
+    the same list tells whether they answer; the dispatcher's list is answered from a watch,
+    ``ListWatch``): every running task whose Job ended, vanished, timed out, was aborted or has
+    pods that can never start. Reads only: ``settle_ending`` writes what each ending means. The
+    clusters are followed through ``fan_out``. ``running``: the running tasks, when the caller
+    keeps them (``RunningBook``); else read."""
+    by_cluster: dict[str, list[RunningTask]] = {cluster_id: [] for cluster_id in waited_for}
+    for task in services.store.running_tasks() if running is None else running:
+        by_cluster.setdefault(task.queue.cluster_id if task.queue else "", []).append(task)
+    work = [(clusters[c], tasks) for c, tasks in by_cluster.items() if c in clusters]
+    seen = Seen([], {})
+    for part in fan_out(lambda cluster_tasks: _endings_in(services, *cluster_tasks), work):
+        seen.endings.extend(part.endings)
+        seen.unreachable.update(part.unreachable)
+    return seen
+
+
+def settle_ending(services: Services, ending: Ending) -> Settled:
+    """Record how the task ends (it moves to releasing) and, when its Job ended by itself, settle
+    its pool at once (``offer_freed_pool``): kept for the queue, or marked for deletion."""
+    task, outcome, queue = ending.task, ending.outcome, ending.task.queue
+    if not record_outcome(services, task.id, outcome, [Phase.RUNNING]):
+        return Settled.LEFT
+    if ending.pods_done and queue and offer_freed_pool(services, ending.cluster, task.id, queue, outcome):
+        return Settled.OFFERED
+    return Settled.RELEASING
 
 
 def follow_running(
@@ -103,36 +163,44 @@ def follow_running(
     fan_out: FanOut = map,
     running: Sequence[RunningTask] | None = None,
 ) -> Followed:
-    """One Job list per cluster with running tasks or in ``waited_for``
-    (clusters tasks wait for: the same list tells whether they answer; the dispatcher's list is
-    answered from a watch, ``ListWatch``); every running task whose Job ended, vanished, timed
-    out, was aborted or has pods that can never start moves to releasing. A Job that ended by
-    itself has its pool settled at once (``offer_freed_pool``); when the pool was kept, the task
-    is ``offered``, for ``release_kept`` to end. The clusters are followed through ``fan_out``.
-    ``running``: the running tasks, when the caller keeps them (``RunningBook``); else read."""
-    by_cluster: dict[str, list[RunningTask]] = {cluster_id: [] for cluster_id in waited_for}
-    for task in services.store.running_tasks() if running is None else running:
-        by_cluster.setdefault(task.queue.cluster_id if task.queue else "", []).append(task)
-    work = [(clusters[c], tasks) for c, tasks in by_cluster.items() if c in clusters]
-    followed = Followed([], {})
-    for part in fan_out(lambda cluster_tasks: _follow_cluster(services, *cluster_tasks), work):
-        followed.ended.extend(part.ended)
-        followed.unreachable.update(part.unreachable)
-        followed.offered.extend(part.offered)
-        followed.left.extend(part.left)
+    """``find_endings``, then each ending settled here, one after another (the dispatcher
+    settles them beside its round instead: ``release_ended``). A task whose pool was kept is
+    ``offered``, for ``release_kept`` to end."""
+    seen = find_endings(services, clusters, waited_for, fan_out, running)
+    followed = Followed([], seen.unreachable)
+    for ending in seen.endings:
+        settled = settle_ending(services, ending)
+        if settled is Settled.LEFT:
+            followed.left.append(ending.task.id)
+            continue
+        followed.ended.append(ending.task.id)
+        if settled is Settled.OFFERED:
+            followed.offered.append(ending.task.id)
     return followed
 
 
-def _follow_cluster(services: Services, cluster: Cluster, tasks: list[RunningTask]) -> Followed:
-    """One cluster's part of ``follow_running``."""
-    followed = Followed([], {})
+def release_ended(services: Services, ending: Ending, on_offered: Callable[[], None]) -> bool:
+    """An ending settled beside the round (``ReleasesBeside``), so that the round never waits on
+    its writes (five or six transactions: at scale, when several Jobs of a cluster ended in one
+    round, most of its time). When the pool was kept, ``on_offered`` is told (a waiting task
+    may take it) and the task is finished here (``release_kept``). True when it ended here; a
+    task left releasing gets its release run from a later round (``supervise_runs``)."""
+    if settle_ending(services, ending) is not Settled.OFFERED:
+        return False
+    on_offered()
+    return release_kept(services, ending.task.id)
+
+
+def _endings_in(services: Services, cluster: Cluster, tasks: list[RunningTask]) -> Seen:
+    """One cluster's part of ``find_endings``."""
+    seen = Seen([], {})
     try:
         listed = services.jobs(cluster).list_jobs(cluster.namespace, f"managed-by={MANAGED_BY}")
     except TemporaryError as exc:
-        followed.unreachable[cluster.id] = str(exc)
-        return followed  # try again next round
+        seen.unreachable[cluster.id] = str(exc)
+        return seen  # try again next round
     except FalconError:
-        return followed
+        return seen
     jobs = {j.name: j for j in listed}
     blocked = _start_failures(
         services, cluster, [jobs[t.k8s_job_name] for t in tasks if t.k8s_job_name in jobs]
@@ -145,17 +213,10 @@ def _follow_cluster(services: Services, cluster: Cluster, tasks: list[RunningTas
             except FalconError:
                 continue  # its Job's state unknown this round: followed at the next
         outcome = _running_outcome(services, cluster, task, job) or blocked.get(task.k8s_job_name or "")
-        if not outcome:
-            continue
-        if not record_outcome(services, task.id, outcome, [Phase.RUNNING]):
-            followed.left.append(task.id)
-            continue
-        followed.ended.append(task.id)
-        pods_done = job is not None and job.finished and job.active == 0
-        queue = task.queue
-        if pods_done and queue and offer_freed_pool(services, cluster, task.id, queue, outcome):
-            followed.offered.append(task.id)
-    return followed
+        if outcome:
+            pods_done = job is not None and job.finished and job.active == 0
+            seen.endings.append(Ending(task, cluster, outcome, pods_done))
+    return seen
 
 
 def _looked_up(services: Services, cluster: Cluster, task: RunningTask) -> JobState | None:

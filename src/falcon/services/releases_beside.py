@@ -1,12 +1,15 @@
-"""The tasks whose pool a reconcile round kept, released on threads beside the round.
+"""The tasks whose Job a reconcile round saw end, released on threads beside the round.
 
-Such a task has nothing left to wait for: its pods are done and its pool is its queue's. What is
-left is its Job's deletion and its terminal status, a call to its cluster and a write. The round
-that saw the Job end hands the task over here and goes on, so following the other Jobs and
-reaping never wait on Job deletions (when many Jobs end together, they were the tail of a
-round's time), and the task needs no release run (a flow run's start is Prefect's time, seconds
-when it is busy). A release that fails leaves its task releasing: the next round starts a
-release run for it, as for any other; while its release here is under way, a round starts none.
+The round only reads: which running tasks ended, and how. What an ending means is written here
+(``reconcile.release_ended``): its outcome recorded, its pool kept for the queue or marked for
+deletion, and when kept, its Job deleted and its terminal status written, for such a task has
+nothing left to wait for. Those are five or six transactions and a call to its cluster per
+task; the round that saw the Jobs end hands them over and goes on, so following the other Jobs
+and reaping never wait on them (when several Jobs of a cluster ended together, they were most of
+a round's time), and a task whose pool was kept needs no release run (a flow run's start is
+Prefect's time, seconds when it is busy). A task left releasing (its pool deleted, or a call that
+failed) gets its release run from a later round, as any other; while its release here is under
+way, a round starts none.
 """
 
 from __future__ import annotations
@@ -14,51 +17,51 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 
 logger = logging.getLogger(__name__)
 
 
 class ReleasesBeside:
-    """Runs ``release(task_id) -> ended`` for each task handed over, on ``threads`` threads."""
+    """Runs each release handed over (``task id -> release() -> ended``) on ``threads`` threads."""
 
-    def __init__(self, release: Callable[[str], bool], threads: int) -> None:
-        self._release = release
+    def __init__(self, threads: int) -> None:
         self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="release")
         self._lock = threading.Lock()
         self._under_way: dict[str, Future[bool]] = {}  # in hand-over order
 
-    def hand_over(self, task_ids: Iterable[str]) -> None:
-        """Release these tasks, each in a copy of the caller's context (its logs reach the same
+    def hand_over(self, releases: Mapping[str, Callable[[], bool]]) -> None:
+        """Run these releases, each in a copy of the caller's context (its logs reach the same
         flow run); a task already under way is not released twice."""
         with self._lock:
-            for task_id in task_ids:
+            for task_id, release in releases.items():
                 if task_id not in self._under_way:
                     run = contextvars.copy_context().run
-                    self._under_way[task_id] = self._threads.submit(run, self._guarded, task_id)
+                    self._under_way[task_id] = self._threads.submit(run, self._guarded, task_id, release)
 
     def under_way(self) -> frozenset[str]:
-        """The tasks handed over and not yet collected by ``ended``: no release run for them."""
+        """The tasks handed over and not yet collected by ``done``: no release run for them."""
         with self._lock:
             return frozenset(self._under_way)
 
-    def ended(self) -> list[str]:
-        """The tasks whose release here ended them since the last call, in hand-over order; the
-        ones whose release failed are forgotten, for a release run to finish."""
+    def done(self) -> dict[str, bool]:
+        """The tasks whose release here is over since the last call, in hand-over order, each with
+        whether it ended the task; the ones that did not are forgotten, for a release run."""
         with self._lock:
-            done = [(task_id, run) for task_id, run in self._under_way.items() if run.done()]
-            for task_id, _ in done:
+            over = [(task_id, run) for task_id, run in self._under_way.items() if run.done()]
+            for task_id, _ in over:
                 del self._under_way[task_id]
-        return [task_id for task_id, run in done if run.result()]
+        return {task_id: run.result() for task_id, run in over}
 
     def close(self) -> None:
         """Wait for the releases under way."""
         self._threads.shutdown(wait=True)
 
-    def _guarded(self, task_id: str) -> bool:
+    @staticmethod
+    def _guarded(task_id: str, release: Callable[[], bool]) -> bool:
         try:
-            return self._release(task_id)
-        except Exception:  # a database outage, or a defect: the task stays releasing for a run
+            return release()
+        except Exception:  # a database outage, or a defect: the task is left for a release run
             logger.exception("event=release_in_round_failed task_id=%s", task_id)
             return False

@@ -39,10 +39,12 @@ _NEVER = datetime.min.replace(tzinfo=UTC)  # before the first read: a full one i
 
 class RunningBook:
     """The running tasks by id. ``read`` brings it up to date; ``forget`` drops tasks the round
-    moved out of Running (or found moved by another step)."""
+    moved out of Running (or found moved by another step); ``leaving`` drops tasks whose end the
+    round handed over to be written beside it, which may still read as running until ``settled``."""
 
     def __init__(self, full_read_seconds: float = FULL_READ_SECONDS) -> None:
         self._tasks: dict[str, RunningTask] = {}
+        self._leaving: set[str] = set()
         self._full_read_seconds = full_read_seconds
         self._read_at = _NEVER  # dispatcher clock, at the last read
         self._full_at = _NEVER  # ... and at the last full one
@@ -52,11 +54,14 @@ class RunningBook:
         if (now - self._full_at).total_seconds() >= self._full_read_seconds:
             return self._read_all(store, now)
         changes = store.running_changes(self._read_at - OVERLAP)
-        self._tasks.update((task.id, task) for task in changes.new)
+        self._tasks.update((task.id, task) for task in changes.new if task.id not in self._leaving)
         for task_id in changes.aborting & self._tasks.keys():
             self._tasks[task_id] = replace(self._tasks[task_id], status=Status.ABORTING)
-        if changes.count != len(self._tasks) or not changes.aborting <= self._tasks.keys():
-            logger.info("event=running_book_drift book=%d running=%d", len(self._tasks), changes.count)
+        held = len(self._tasks)
+        if not held <= changes.count <= held + len(self._leaving) or not (
+            changes.aborting - self._leaving <= self._tasks.keys()
+        ):
+            logger.info("event=running_book_drift book=%d running=%d", held, changes.count)
             return self._read_all(store, now)
         self._read_at = now
         return list(self._tasks.values())
@@ -65,8 +70,18 @@ class RunningBook:
         for task_id in task_ids:
             self._tasks.pop(task_id, None)
 
+    def leaving(self, task_ids: Iterable[str]) -> None:
+        """Tasks whose end is being written beside the round: not followed again meanwhile."""
+        for task_id in task_ids:
+            self._tasks.pop(task_id, None)
+            self._leaving.add(task_id)
+
+    def settled(self, task_ids: Iterable[str]) -> None:
+        """Those writes are over (a task still running after them, its write failed, is read
+        again: the count then disagrees with the book)."""
+        self._leaving.difference_update(task_ids)
+
     def _read_all(self, store: TaskStore, now: datetime) -> list[RunningTask]:
-        tasks = store.running_tasks()
-        self._tasks = {task.id: task for task in tasks}
+        self._tasks = {task.id: task for task in store.running_tasks() if task.id not in self._leaving}
         self._read_at = self._full_at = now
-        return tasks
+        return list(self._tasks.values())
