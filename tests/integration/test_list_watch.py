@@ -24,6 +24,7 @@ import pytest
 from kubernetes import client as k8s
 from prometheus_client import REGISTRY
 
+from falcon.adapters import k8s as k8s_adapter
 from falcon.adapters.clock import utc_now
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.migrate import upgrade
@@ -278,6 +279,26 @@ def test_warning_events_answers_from_the_event_watch_once_it_is_in_step(api: k8s
         ("job-a-0", "Failed")
     }
     assert calls_made("list_events") == lists
+
+
+def test_the_pod_and_event_watches_live_while_the_jobs_are_listed(
+    api: k8s.ApiClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round reads pods and events only now and then, but lists the Jobs every second: past
+    the idle time, both watches still answer, as long as the Jobs were listed meanwhile."""
+    monkeypatch.setattr(k8s_adapter, "WATCH_IDLE_SECONDS", 1.0)
+    jobs = KubernetesJobs(api, 5, watch_seconds=1)
+    jobs.list_jobs(NAMESPACE, SELECTOR)
+    jobs.pods_of_jobs(NAMESPACE, ["job-a"])
+    jobs.warning_events(NAMESPACE)
+    assert eventually(
+        lambda: pods_answered_from_the_watch(jobs) and events_answered_from_the_watch(jobs), bool
+    )
+    deadline = time.monotonic() + 3  # three idle times with no pod or event read
+    while time.monotonic() < deadline:
+        jobs.list_jobs(NAMESPACE, SELECTOR)
+        time.sleep(0.1)
+    assert pods_answered_from_the_watch(jobs) and events_answered_from_the_watch(jobs)
 
 
 def event_manifest(name: str, pod: str, reason: str, kind: str = "Warning") -> k8s.CoreV1Event:

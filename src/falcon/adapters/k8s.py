@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 _Object = TypeVar("_Object", JobState, PodState, ClusterEvent)
 
 WARNING = "type=Warning"  # the field selector of the events start_failure reads
+POD_SELECTOR = f"managed-by={MANAGED_BY}"  # Falcon's pods
 
 # A reconcile round names at most this many Jobs in its pod selector; it lists every Falcon pod
 # past that (a ramp, when most Jobs start at once).
@@ -94,6 +95,7 @@ class KubernetesJobs:
         probe is raised at a later call)."""
         watch = self._job_watch(namespace, label_selector)
         if watch is not None:
+            self._keep_beside_jobs(namespace)
             watched = watch.objects(heard_within=HEARD_WITHIN_SECONDS)
             if watched is not None:
                 return watched
@@ -108,6 +110,20 @@ class KubernetesJobs:
             listed = _items(response)
         return [_job_state(item) for item in listed]
 
+    def _keep_beside_jobs(self, namespace: str) -> None:
+        """Keep the namespace's pod and event watches while its Jobs are followed. A round lists
+        the Jobs every second but reads pods and events only while a Job has a pod not started;
+        between such spells those watches stopped for want of use, and the next spell listed them
+        whole (at scale, a round's slowest step: 60-330 ms for a pod list). Never starts one."""
+        with self._watches_lock:
+            beside = [
+                self._pod_watches.get((namespace, POD_SELECTOR)),
+                self._event_watches.get((namespace, "")),
+            ]
+        for watch in beside:
+            if watch is not None:
+                watch.keep()
+
     def _job_watch(self, namespace: str, label_selector: str) -> ListWatch[JobState] | None:
         """The watch of these Jobs, started on first use and again once it stopped for want of use."""
         return self._watch(
@@ -116,9 +132,8 @@ class KubernetesJobs:
 
     def _pod_watch(self, namespace: str) -> ListWatch[PodState] | None:
         """The watch of Falcon's pods in the namespace, as ``_job_watch``."""
-        selector = f"managed-by={MANAGED_BY}"
         return self._watch(
-            self._pod_watches, self._core.list_namespaced_pod, "pods", namespace, selector, _pod_state
+            self._pod_watches, self._core.list_namespaced_pod, "pods", namespace, POD_SELECTOR, _pod_state
         )
 
     def _warning_watch(self, namespace: str) -> ListWatch[ClusterEvent] | None:
@@ -220,7 +235,7 @@ class KubernetesJobs:
             return [p for p in watched if p.job_name in names]
         if watch is not None:
             _log_failure(watch, "pod_watch_failed", namespace)
-        selector = f"managed-by={MANAGED_BY}"
+        selector = POD_SELECTOR
         if len(names) <= PODS_BY_NAME:
             selector += f",{TASK_LABEL} in ({','.join(sorted(names))})"
         pods = self._pods(namespace, selector, f"list pods in {namespace}", "list_pods")

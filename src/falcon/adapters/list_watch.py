@@ -105,6 +105,11 @@ class ListWatch(Generic[_Object]):
                 raise TemporaryError(f"{self._what}: no answer from the API server in {silent:.0f} s")
             return list(self._objects.values())
 
+    def keep(self) -> None:
+        """Count as asked now, without asking: a caller that will want the cache again keeps it."""
+        with self._lock:
+            self._asked = time.monotonic()
+
     def untold_failure(self) -> str | None:
         """Why the watch last failed, once per failure: the caller logs it (this thread never does,
         as it may outlive the run that started it); None when nothing new failed."""
