@@ -1,6 +1,7 @@
 """Restarting dead lifecycle runs without ever letting two attempts act (found by the chaos run:
 a restart decided on a stale read started a run for a task that had meanwhile run and ended,
-and that run submitted its Job a second time)."""
+and that run submitted its Job a second time), nor asking the slot service for a run that
+ended after the round's read."""
 
 from __future__ import annotations
 
@@ -31,14 +32,19 @@ def test_a_run_for_a_task_that_moved_on_is_superseded(svc: Services) -> None:
         load_attempt(svc, "t1", "")
 
 
-def test_a_restart_decided_on_a_stale_read_starts_nothing_and_gives_its_lease_back(svc: Services) -> None:
-    acquiring(svc, "t1")
-    stale = svc.store.progress_in([Phase.ACQUIRING])[0]  # read while t1 still acquired ...
-    view = load_attempt(svc, "t1", stale.lease_id or "")
+def _runs_to_running(svc: Services, task_id: str, lease: str) -> None:
+    """The task's lifecycle attempt under ``lease``, to Running."""
+    view = load_attempt(svc, task_id, lease)
     choice = acquisition.provision(svc, view)
     acquisition.wait_pool_ready(svc, view, choice, svc.clock.now())
     job = acquisition.dispatch(svc, view, choice.name)
-    acquisition.mark_running(svc, view, acquisition.wait_pods_running(svc, view, job))  # ... then it ran
+    acquisition.mark_running(svc, view, acquisition.wait_pods_running(svc, view, job))
+
+
+def test_a_restart_decided_on_a_stale_read_starts_nothing_and_gives_its_lease_back(svc: Services) -> None:
+    acquiring(svc, "t1")
+    stale = svc.store.progress_in([Phase.ACQUIRING])[0]  # read while t1 still acquired ...
+    _runs_to_running(svc, "t1", stale.lease_id or "")  # ... then it ran
     launched = list(svc.launcher.acquires)  # type: ignore[attr-defined]
     reconcile._restart_acquire(svc, stale)
     assert svc.launcher.acquires == launched  # type: ignore[attr-defined]
@@ -82,3 +88,17 @@ def test_a_busy_slot_service_defers_a_restart_to_the_next_round(svc: Services) -
     assert svc.store.progress["t1"].attempt == attempt  # type: ignore[attr-defined]
     assert reconcile.supervise_runs(svc) == ["t1"]
     assert svc.store.progress["t1"].attempt == attempt + 1  # type: ignore[attr-defined]
+
+
+def test_rows_the_round_read_before_a_run_ended_start_nothing_and_ask_no_slot(svc: Services) -> None:
+    """The dispatcher reads the rows to supervise with the rest of its round, before it follows
+    the Jobs: a run that ended meanwhile (its task moved on) is told from a dead one by its row,
+    read again, and costs no call to the slot service (Prefect's API)."""
+    acquiring(svc, "t1")
+    read = svc.store.progress_in(reconcile.SUPERVISED)  # the round's read, while t1 acquired
+    _runs_to_running(svc, "t1", read[0].lease_id or "")
+    launched, asked = list(svc.launcher.acquires), []  # type: ignore[attr-defined]
+    svc.slots.on_acquire.append(asked.append)  # type: ignore[attr-defined]
+    assert reconcile.supervise_runs(svc, progress=read) == []
+    assert asked == [] and svc.launcher.acquires == launched  # type: ignore[attr-defined]
+    assert svc.store.progress["t1"].phase is Phase.RUNNING  # type: ignore[attr-defined]

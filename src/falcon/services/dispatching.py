@@ -375,9 +375,13 @@ class Dispatcher:
 
     def _reconcile(self, report: TickReport, laps: Laps) -> None:
         svc = self.services
-        with svc.store.together() as store:  # one transaction: a commit's round trip is most of each read
+        with svc.store.together() as store:  # every read in one transaction: its round trips are most of each
             clusters = {c.id: c for c in store.clusters()}
             running = self._running.read(store, svc.clock.now())
+            supervised = store.progress_in(reconcile.SUPERVISED)
+            rules = schedulable(store.warm_rules())
+            pools = store.pools_in([PoolState.CREATING, PoolState.IDLE, PoolState.DELETING])
+            without_pool = store.takers_without_pool()
         waiting = self._waiting_counts
         waited_for = {queue.cluster_id for queue in waiting}
         seen = reconcile.find_endings(svc, clusters, waited_for, self._fan_out, running)
@@ -391,12 +395,10 @@ class Dispatcher:
             {e.task.id: partial(reconcile.release_ended, svc, e, self._pool_offered) for e in seen.endings}
         )
         laps.lap("release")
-        report.started = reconcile.supervise_runs(svc, self._unlaunched, self._releases.under_way())
+        under_way = self._releases.under_way()
+        report.started = reconcile.supervise_runs(svc, self._unlaunched, under_way, supervised)
         laps.lap("supervise")
-        with svc.store.together() as store:  # one transaction: a commit's round trip is most of each read
-            rules = schedulable(store.warm_rules())
-            pools = store.pools_in([PoolState.CREATING, PoolState.IDLE, PoolState.DELETING])
-            takers = Counter(waiting) + Counter(store.takers_without_pool())
+        takers = Counter(waiting) + Counter(without_pool)
         now = svc.clock.now()
         targets = warm_targets(rules, now)
         warm = {queue: target.pools for queue, target in targets.items()}

@@ -110,6 +110,7 @@ class Settled(Enum):
 
     LEFT = "left"  # another step had moved the task out of running
     RELEASING = "releasing"  # moved to releasing; a release run finishes it
+    MARKED = "marked"  # ... and its pool marked for deletion, which the release run waits for
     OFFERED = "offered"  # moved to releasing, its pool kept for the queue: nothing left to wait for
 
 
@@ -145,15 +146,20 @@ def find_endings(
     return seen
 
 
-def settle_ending(services: Services, ending: Ending) -> Settled:
+def settle_ending(services: Services, ending: Ending) -> tuple[Settled, str | None]:
     """Record how the task ends (it moves to releasing) and, when its Job ended by itself, settle
-    its pool at once (``offer_freed_pool``): kept for the queue, or marked for deletion."""
+    its pool at once (``offer_freed_pool``): kept for the queue, or marked for deletion. What was
+    done, and the pool settled if any."""
     task, outcome, queue = ending.task, ending.outcome, ending.task.queue
     if not record_outcome(services, task.id, outcome, [Phase.RUNNING]):
-        return Settled.LEFT
-    if ending.pods_done and queue and offer_freed_pool(services, ending.cluster, task.id, queue, outcome):
-        return Settled.OFFERED
-    return Settled.RELEASING
+        return Settled.LEFT, None
+    if queue is None:  # no queue recorded: no pool of its to settle
+        return Settled.RELEASING, None
+    pool = offer_freed_pool(services, ending.cluster, task.id, queue, outcome) if ending.pods_done else None
+    if pool is None:
+        return Settled.RELEASING, None
+    name, state = pool
+    return (Settled.OFFERED if state is PoolState.IDLE else Settled.MARKED), name
 
 
 def follow_running(
@@ -169,7 +175,7 @@ def follow_running(
     seen = find_endings(services, clusters, waited_for, fan_out, running)
     followed = Followed([], seen.unreachable)
     for ending in seen.endings:
-        settled = settle_ending(services, ending)
+        settled, _ = settle_ending(services, ending)
         if settled is Settled.LEFT:
             followed.left.append(ending.task.id)
             continue
@@ -183,9 +189,13 @@ def release_ended(services: Services, ending: Ending, on_offered: Callable[[], N
     """An ending settled beside the round (``ReleasesBeside``), so that the round never waits on
     its writes (five or six transactions: at scale, when several Jobs of a cluster ended in one
     round, most of its time). When the pool was kept, ``on_offered`` is told (a waiting task
-    may take it) and the task is finished here (``release_kept``). True when it ended here; a
-    task left releasing gets its release run from a later round (``supervise_runs``)."""
-    if settle_ending(services, ending) is not Settled.OFFERED:
+    may take it) and the task is finished here (``release_kept``); when it was marked, GKE is asked
+    to delete it at once (the release run then waits for that deletion). True when it ended here;
+    a task left releasing gets its release run from a later round (``supervise_runs``)."""
+    settled, pool = settle_ending(services, ending)
+    if settled is Settled.MARKED and pool:
+        _request_delete(services, ending.cluster, pool)
+    if settled is not Settled.OFFERED:
         return False
     on_offered()
     return release_kept(services, ending.task.id)
@@ -298,18 +308,25 @@ def _failure_detail(services: Services, cluster: Cluster, job: JobState) -> str:
     return "; ".join(p.describe() for p in pods if p.terminated) or job.failed_condition or "Job failed"
 
 
+SUPERVISED = (Phase.ACQUIRING, Phase.RELEASING)  # the phases whose tasks need a run alive
+
+
 def supervise_runs(
-    services: Services, unlaunched: dict[str, float] | None = None, released_beside: Set[str] = frozenset()
+    services: Services,
+    unlaunched: dict[str, float] | None = None,
+    released_beside: Set[str] = frozenset(),
+    progress: Sequence[Progress] | None = None,
 ) -> list[str]:
     """Start the run a task needs when it has none alive: acquiring tasks get their slot
     again and a new lifecycle attempt; releasing tasks get a new release attempt, except those
-    ``released_beside`` the round (``ReleasesBeside``), which need none.
+    ``released_beside`` the round (``ReleasesBeside``), which need none. ``progress``: the
+    progress rows in ``SUPERVISED`` phases, when the caller read them (else read here).
 
     A task picked but with no run recorded yet may be a launch under way, by this dispatcher or
     another one (a rollout overlap): it is started only once ``unlaunched`` (the monotonic time
     each such task was first seen so, kept by the caller across rounds) is LAUNCH_GRACE old."""
     started, now, waiting_launch = [], services.clock.monotonic(), set()
-    for p in services.store.progress_in([Phase.ACQUIRING, Phase.RELEASING]):
+    for p in services.store.progress_in(SUPERVISED) if progress is None else progress:
         run_id = p.acquire_run_id if p.phase is Phase.ACQUIRING else p.release_run_id
         if (run_id and services.launcher.is_alive(run_id)) or p.task_id in released_beside:
             continue
@@ -317,6 +334,8 @@ def supervise_runs(
             waiting_launch.add(p.task_id)
             if now - unlaunched.setdefault(p.task_id, now) < LAUNCH_GRACE:
                 continue
+        if progress is not None and not _unchanged(services, p):
+            continue  # its run ended after the caller's read, the task moved on with it
         if p.phase is Phase.ACQUIRING:
             _restart_acquire(services, p)
         else:
@@ -327,6 +346,15 @@ def supervise_runs(
         for task_id in set(unlaunched) - waiting_launch:
             del unlaunched[task_id]
     return started
+
+
+def _unchanged(services: Services, p: Progress) -> bool:
+    """Whether the task is still as ``p`` was read: the same phase and runs. A run moves its task
+    on before it ends, so a read taken before its run was seen dead tells a run that ended from
+    one that died."""
+    _, _, now = services.store.task_view_rows(p.task_id)
+    runs = (p.phase, p.acquire_run_id, p.release_run_id)
+    return now is not None and (now.phase, now.acquire_run_id, now.release_run_id) == runs
 
 
 def _restart_acquire(services: Services, p: Progress) -> None:

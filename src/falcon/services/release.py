@@ -169,15 +169,17 @@ def settle_pool(
 
 def offer_freed_pool(
     services: Services, cluster: Cluster, task_id: str, queue: QueueKey, outcome: Outcome
-) -> bool:
+) -> tuple[str, PoolState] | None:
     """Settle the pool of a task whose Job ended by itself, as soon as that is seen: its pods are
     done, so its nodes are free already, and the queue's next task need not wait for the release
     run to start (a flow run's start, seconds when Prefect is busy) to take the pool. The release
-    run then deletes the Job and, if marked, the pool. True when the pool was kept."""
+    run then deletes the Job and, if marked, the pool. The pool's name and how it was settled
+    (IDLE: kept; DELETING: marked), or None when the task held no ready pool to settle."""
     held = services.store.held_pool(cluster.id, task_id)
     if held is None or held.state is not PoolState.IN_USE:
-        return False
-    return settle_pool(services, cluster, held.name, queue, task_id, outcome) is PoolState.IDLE
+        return None
+    settled = settle_pool(services, cluster, held.name, queue, task_id, outcome)
+    return (held.name, settled) if settled else None
 
 
 def observed(services: Services, queues: Collection[QueueKey]) -> dict[QueueKey, QueueObservations]:
