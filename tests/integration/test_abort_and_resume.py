@@ -86,10 +86,10 @@ def test_running_the_lifecycle_again_after_it_finished_changes_nothing(
 
 
 class DyingFirstRelease(InProcessLauncher):
-    """The first release run of each task deletes the Job and asks GKE to delete the pool (which
-    the round that saw the Job end marked already), then its process 'dies'. From then on any
-    other DELETE of a Falcon pool is answered 403, so a second deletion request would show in the
-    task's Message."""
+    """The first release run of each task deletes the Job and makes sure GKE deletes the pool
+    (which the round that saw the Job end marked, and beside it asked GKE to delete, already),
+    then its process 'dies'. From then on any other DELETE of a Falcon pool is answered 403, so a
+    second deletion request would show in the task's Message."""
 
     def __init__(self, services: Services, emulator: EmulatorServer) -> None:
         super().__init__()
@@ -106,7 +106,8 @@ class DyingFirstRelease(InProcessLauncher):
         delete_job(svc, CLUSTER, task.k8s_job_name)
         pool = svc.store.pool(CLUSTER.id, task.node_pool_name)
         assert pool is not None and pool.state is PoolState.DELETING  # marked by the round that saw the end
-        svc.node_pools.delete(CLUSTER, task.node_pool_name)
+        if svc.node_pools.get(CLUSTER, task.node_pool_name).status != "STOPPING":  # not asked yet
+            svc.node_pools.delete(CLUSTER, task.node_pool_name)
         inject_fault(self.emulator, "DELETE", r"/nodePools/falcon-", 403, "a second deletion request")
         self.died.append(task_id)
         return f"dead-release-{task_id}"
