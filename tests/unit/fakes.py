@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -50,6 +51,7 @@ from falcon.domain.warm_pools import WarmRule
 from falcon.domain.workloads import ClusterEvent, FalconService, JobState, PodState
 from falcon.services import acquisition
 from falcon.services.context import Services, load_view
+from falcon.services.dispatching import Dispatcher, TickReport
 from falcon.settings import Settings
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -1517,3 +1519,13 @@ def arrivals(svc: Services, queue: QueueKey, gaps: Sequence[float] = SELDOM) -> 
         task_id = f"past-{queue.cluster_id}-{queue.topology}-{n}"
         store.progress[task_id] = Progress(task_id, Phase.DONE, queue)
         store.queued_at[task_id] = at
+
+
+def rounds_until(dispatcher: Dispatcher, seen: Callable[[TickReport], bool]) -> TickReport:
+    """Rounds until one reports what ``seen`` looks for: releases and run starts happen on
+    threads beside the round (``WorkBeside``), so a later round reports each once it is over."""
+    deadline = time.monotonic() + 5
+    while not seen(report := dispatcher.reconcile()):
+        assert time.monotonic() < deadline, "no round reported it within 5 s"
+        time.sleep(0.01)
+    return report

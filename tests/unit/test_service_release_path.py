@@ -2,17 +2,15 @@
 list (the reconcile round) and the release's own calls; nothing waits on a run's start or polls,
 except for GKE deleting a pool, which is GKE's own time. A Job that ended by itself has its pool
 kept (or marked and its deletion asked for) beside the round that saw the end, which never waits
-for those writes (``ReleasesBeside``); a kept pool's task is finished there too, a deleted
+for those writes (``WorkBeside``); a kept pool's task is finished there too, a deleted
 pool's by a release run."""
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from tests.unit.fakes import arrivals, k8s_of, queued, running
+from tests.unit.fakes import arrivals, k8s_of, queued, rounds_until, running
 
 from falcon.domain.errors import TemporaryError
 from falcon.domain.events import Stage, TaskMove
@@ -36,16 +34,6 @@ def _one_tick(svc: Services) -> TickReport:
         dispatcher.close()
 
 
-def _next_rounds_until(dispatcher: Dispatcher, seen: Callable[[TickReport], bool]) -> TickReport:
-    """Rounds until one reports what ``seen`` looks for (a release beside the round ended, or
-    failed): those releases run on threads of their own, so a round reports them once done."""
-    deadline = time.monotonic() + 5
-    while not seen(report := dispatcher.reconcile()):
-        assert time.monotonic() < deadline, "no round reported it within 5 s"
-        time.sleep(0.01)
-    return report
-
-
 def test_the_round_that_sees_a_job_end_and_keeps_its_pool_finishes_the_task(svc: Services) -> None:
     """Nothing is left to wait for once the pool is the queue's: the task is released beside the
     round (its Job deleted, its terminal status written), and no release run is started (its
@@ -57,7 +45,7 @@ def test_the_round_that_sees_a_job_end_and_keeps_its_pool_finishes_the_task(svc:
         k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
         svc.clock.advance(svc.settings.reconcile_seconds)  # type: ignore[attr-defined]
         report = dispatcher.tick()
-        later = _next_rounds_until(dispatcher, lambda r: bool(r.released))
+        later = rounds_until(dispatcher, lambda r: bool(r.released))
     finally:
         dispatcher.close()
     assert report.ended == later.released == ["t1"]
@@ -78,7 +66,7 @@ def test_a_task_whose_pool_is_deleted_gets_a_release_run(svc: Services) -> None:
     dispatcher = Dispatcher(svc)
     try:
         report = dispatcher.reconcile()
-        later = _next_rounds_until(dispatcher, lambda r: bool(r.started))
+        later = rounds_until(dispatcher, lambda r: bool(r.started))
     finally:
         dispatcher.close()
     assert report.ended == ["t1"] and report.started == []
@@ -95,7 +83,7 @@ def test_a_job_deletion_that_fails_beside_the_round_is_left_to_a_release_run(svc
     dispatcher = Dispatcher(svc)
     try:
         report = dispatcher.reconcile()
-        later = _next_rounds_until(dispatcher, lambda r: bool(r.started))
+        later = rounds_until(dispatcher, lambda r: bool(r.started))
     finally:
         dispatcher.close()
     assert report.ended == ["t1"] and report.started == []  # its release beside was under way
@@ -130,7 +118,7 @@ def test_a_round_never_waits_for_the_job_deletions_of_the_tasks_whose_pool_it_ke
     try:
         report = dispatcher.reconcile()
         round_over.set()
-        later = _next_rounds_until(dispatcher, lambda r: len(r.released) == 3)
+        later = rounds_until(dispatcher, lambda r: len(r.released) == 3)
     finally:
         round_over.set()
         dispatcher.close()
@@ -164,7 +152,7 @@ def test_a_round_never_waits_for_the_writes_of_the_endings_it_saw(svc: Services)
         report = dispatcher.reconcile()
         assert dispatcher.reconcile().started == []
         round_over.set()
-        later = _next_rounds_until(dispatcher, lambda r: bool(r.released))
+        later = rounds_until(dispatcher, lambda r: bool(r.released))
     finally:
         round_over.set()
         dispatcher.close()

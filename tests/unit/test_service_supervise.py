@@ -5,13 +5,16 @@ ended after the round's read."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
-from tests.unit.fakes import acquiring, running
+from tests.unit.fakes import acquiring, rounds_until, running
 
 from falcon.domain.errors import TemporaryError
 from falcon.domain.lifecycle import Phase, RunSuperseded
 from falcon.services import acquisition, reconcile
 from falcon.services.context import Services, load_attempt
+from falcon.services.dispatching import Dispatcher
 
 
 def test_the_recorded_attempt_loads_its_task(svc: Services) -> None:
@@ -83,7 +86,7 @@ def test_a_busy_slot_service_defers_a_restart_to_the_next_round(svc: Services) -
     svc.slots.on_acquire.append(busy_once)  # type: ignore[attr-defined]
     attempt = svc.store.progress["t1"].attempt  # type: ignore[attr-defined]
     launched = list(svc.launcher.acquires)  # type: ignore[attr-defined]
-    reconcile.supervise_runs(svc)
+    assert reconcile.supervise_runs(svc) == []  # not started: the report says so
     assert svc.launcher.acquires == launched  # type: ignore[attr-defined]
     assert svc.store.progress["t1"].attempt == attempt  # type: ignore[attr-defined]
     assert reconcile.supervise_runs(svc) == ["t1"]
@@ -102,3 +105,28 @@ def test_rows_the_round_read_before_a_run_ended_start_nothing_and_ask_no_slot(sv
     assert reconcile.supervise_runs(svc, progress=read) == []
     assert asked == [] and svc.launcher.acquires == launched  # type: ignore[attr-defined]
     assert svc.store.progress["t1"].phase is Phase.RUNNING  # type: ignore[attr-defined]
+
+
+def test_the_round_starts_runs_beside_it_once_and_tells_each_start_when_over(svc: Services) -> None:
+    """A start asks Prefect's API for the slot (after a dispatcher's handover, one per run the
+    old one's stop ended: 1.5 s in one round at full size); the round hands it over and goes on,
+    and hands nothing twice while it is under way."""
+    acquiring(svc, "t1")
+    gate, asked = threading.Event(), []
+
+    def slow_slot_service(name: str) -> None:
+        asked.append(name)
+        assert gate.wait(5)
+
+    svc.slots.on_acquire.append(slow_slot_service)  # type: ignore[attr-defined]
+    dispatcher = Dispatcher(svc)
+    try:
+        assert dispatcher.reconcile().started == []  # handed over, not waited for
+        assert dispatcher.reconcile().started == [] and len(asked) == 1  # under way: not again
+        gate.set()
+        assert rounds_until(dispatcher, lambda r: bool(r.started)).started == ["t1"]
+        assert dispatcher.reconcile().started == [] and len(asked) == 1  # its new run is alive
+    finally:
+        gate.set()
+        dispatcher.close()
+    assert svc.store.progress["t1"].attempt == 2  # type: ignore[attr-defined]

@@ -39,9 +39,9 @@ from falcon.services.intake import take_in
 from falcon.services.ports import Clock
 from falcon.services.queueing import MessageWrite, Pick, QueueBook, schedule
 from falcon.services.reaper_beside import ReaperCallsBeside
-from falcon.services.releases_beside import ReleasesBeside
 from falcon.services.running_book import RunningBook
 from falcon.services.warming import Warmer
+from falcon.services.work_beside import WorkBeside
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ UNREACHABLE_AFTER = 3  # probes failed in a row (one per reconcile round) before
 SLOW_TICK_SECONDS = 0.5  # a tick or round this long is logged with the time each of its phases took
 FULL_RELOAD_EVERY = 10  # book checks (queue_refresh_seconds apart) between two full reloads
 # A round follows its clusters, and makes their GKE calls, this many at once; as many threads
-# release the tasks whose pool it kept (ReleasesBeside).
+# release the tasks whose Job ended, and as many start the runs that died (WorkBeside).
 ROUND_THREADS = 8
 
 
@@ -113,7 +113,8 @@ class TickReport:
     picked: list[str] = field(default_factory=list)
     deferred: list[str] = field(default_factory=list)  # slots of queues whose pick the slot service delayed
     ended: list[str] = field(default_factory=list)  # running tasks whose end was handed over beside the round
-    # Tasks ended beside the rounds (ReleasesBeside: their pool kept) since the round before this one.
+    # Since the round before this one, beside the rounds (WorkBeside): tasks ended (their pool
+    # kept), and tasks whose run was started again.
     released: list[str] = field(default_factory=list)
     started: list[str] = field(default_factory=list)
     reaped: list[str] = field(default_factory=list)
@@ -214,7 +215,8 @@ class Dispatcher:
         self._launches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="launch")
         self._round_work = ThreadPoolExecutor(max_workers=ROUND_THREADS, thread_name_prefix="round")
         self._fan_out = reconcile.fan_out_on(self._round_work)
-        self._releases = ReleasesBeside(ROUND_THREADS)
+        self._releases = WorkBeside(ROUND_THREADS, "release")
+        self._starts = WorkBeside(ROUND_THREADS, "run_start")
         self._reaper_calls = ReaperCallsBeside(ROUND_THREADS)
         settings = services.settings
         self._refresh = Every(settings.queue_refresh_seconds)
@@ -298,6 +300,7 @@ class Dispatcher:
         self._launches.shutdown(wait=True)
         self._round_work.shutdown(wait=True)
         self._releases.close()
+        self._starts.close()
         self._reaper_calls.close()
         if self._messages is not None:
             self._messages.close()
@@ -395,8 +398,10 @@ class Dispatcher:
             {e.task.id: partial(reconcile.release_ended, svc, e, self._pool_offered) for e in seen.endings}
         )
         laps.lap("release")
-        under_way = self._releases.under_way()
-        report.started = reconcile.supervise_runs(svc, self._unlaunched, under_way, supervised)
+        report.started = [task_id for task_id, started in self._starts.done().items() if started]
+        beside = self._releases.under_way() | self._starts.under_way()
+        needed = reconcile.runs_to_start(svc, self._unlaunched, beside, supervised)
+        self._starts.hand_over({p.task_id: partial(reconcile.start_run, svc, p, True) for p in needed})
         laps.lap("supervise")
         takers = Counter(waiting) + Counter(without_pool)
         now = svc.clock.now()

@@ -186,7 +186,7 @@ def follow_running(
 
 
 def release_ended(services: Services, ending: Ending, on_offered: Callable[[], None]) -> bool:
-    """An ending settled beside the round (``ReleasesBeside``), so that the round never waits on
+    """An ending settled beside the round (``WorkBeside``), so that the round never waits on
     its writes (five or six transactions: at scale, when several Jobs of a cluster ended in one
     round, most of its time). When the pool was kept, ``on_offered`` is told (a waiting task
     may take it) and the task is finished here (``release_kept``); when it was marked, GKE is asked
@@ -243,7 +243,7 @@ def _looked_up(services: Services, cluster: Cluster, task: RunningTask) -> JobSt
 def release_kept(services: Services, task_id: str) -> bool:
     """Finish a task whose Job ended by itself and whose pool a round just kept: nothing is left
     to wait for (its pods are done, its pool is the queue's), so its Job is deleted and its
-    terminal status written at once (``ReleasesBeside`` runs this beside the round), where a
+    terminal status written at once (``WorkBeside`` runs this beside the round), where a
     release run's start could add seconds (Prefect's client backs off 2, 4, 8 s on a busy
     server). A call that fails leaves the task releasing, and supervise_runs starts its release
     run as for any other. True when the task ended here."""
@@ -317,49 +317,67 @@ def supervise_runs(
     released_beside: Set[str] = frozenset(),
     progress: Sequence[Progress] | None = None,
 ) -> list[str]:
-    """Start the run a task needs when it has none alive: acquiring tasks get their slot
-    again and a new lifecycle attempt; releasing tasks get a new release attempt, except those
-    ``released_beside`` the round (``ReleasesBeside``), which need none. ``progress``: the
+    """``runs_to_start`` and ``start_run`` for each, on the caller's thread: the tasks whose run
+    started. (The dispatcher starts them beside its round, ``WorkBeside``.)"""
+    needed = runs_to_start(services, unlaunched, released_beside, progress)
+    return [p.task_id for p in needed if start_run(services, p, read_before=progress is not None)]
+
+
+def runs_to_start(
+    services: Services,
+    unlaunched: dict[str, float] | None = None,
+    beside: Set[str] = frozenset(),
+    progress: Sequence[Progress] | None = None,
+) -> list[Progress]:
+    """The tasks that need a run because they have none alive: acquiring tasks a new lifecycle
+    attempt, releasing tasks a new release attempt; not those whose work is under way ``beside``
+    the round (a release there needs no run; a start there is not made twice). ``progress``: the
     progress rows in ``SUPERVISED`` phases, when the caller read them (else read here).
 
     A task picked but with no run recorded yet may be a launch under way, by this dispatcher or
     another one (a rollout overlap): it is started only once ``unlaunched`` (the monotonic time
     each such task was first seen so, kept by the caller across rounds) is LAUNCH_GRACE old."""
-    started, now, waiting_launch = [], services.clock.monotonic(), set()
+    needed, now, waiting_launch = [], services.clock.monotonic(), set()
     for p in services.store.progress_in(SUPERVISED) if progress is None else progress:
         run_id = p.acquire_run_id if p.phase is Phase.ACQUIRING else p.release_run_id
-        if (run_id and services.launcher.is_alive(run_id)) or p.task_id in released_beside:
+        if run_id and services.launcher.is_alive(run_id):
             continue
         if not run_id and p.phase is Phase.ACQUIRING and unlaunched is not None:
             waiting_launch.add(p.task_id)
             if now - unlaunched.setdefault(p.task_id, now) < LAUNCH_GRACE:
                 continue
-        if progress is not None and not _unchanged(services, p):
-            continue  # its run ended after the caller's read, the task moved on with it
-        if p.phase is Phase.ACQUIRING:
-            _restart_acquire(services, p)
-        else:
-            run = services.launcher.start_release(p.task_id, p.attempt)
-            services.store.set_release_run(p.task_id, run, services.clock.now())
-        started.append(p.task_id)
+        if p.task_id not in beside:
+            needed.append(p)
     if unlaunched is not None:  # forget the picks whose run is recorded now
         for task_id in set(unlaunched) - waiting_launch:
             del unlaunched[task_id]
-    return started
+    return needed
+
+
+def start_run(services: Services, p: Progress, read_before: bool) -> bool:
+    """Start the run ``p`` needs (``runs_to_start``); whether one started. ``read_before``: ``p``
+    was read before the caller saw its run dead, so it is read again first: a run moves its task
+    on before it ends, so the row tells a run that ended from one that died."""
+    if read_before and not _unchanged(services, p):
+        return False  # its run ended after the caller's read, the task moved on with it
+    if p.phase is Phase.ACQUIRING:
+        return _restart_acquire(services, p)
+    run = services.launcher.start_release(p.task_id, p.attempt)
+    services.store.set_release_run(p.task_id, run, services.clock.now())
+    return True
 
 
 def _unchanged(services: Services, p: Progress) -> bool:
-    """Whether the task is still as ``p`` was read: the same phase and runs. A run moves its task
-    on before it ends, so a read taken before its run was seen dead tells a run that ended from
-    one that died."""
+    """Whether the task is still as ``p`` was read: the same phase and runs."""
     _, _, now = services.store.task_view_rows(p.task_id)
     runs = (p.phase, p.acquire_run_id, p.release_run_id)
     return now is not None and (now.phase, now.acquire_run_id, now.release_run_id) == runs
 
 
-def _restart_acquire(services: Services, p: Progress) -> None:
-    """A new attempt: its lease and number are recorded before its run starts (the run checks it
-    is the recorded attempt), and only while the task still acquires; this read may be stale."""
+def _restart_acquire(services: Services, p: Progress) -> bool:
+    """A new attempt, whether started: its lease and number are recorded before its run starts
+    (the run checks it is the recorded attempt), and only while the task still acquires; this
+    read may be stale."""
     lease, slots, store = p.lease_id, services.slots, services.store
     if p.acquire_run_id is not None and p.queue is not None:  # its run died: take the slot anew
         try:  # a busy Prefect is asked again next round, not waited out (its back-off reaches 62 s)
@@ -367,16 +385,17 @@ def _restart_acquire(services: Services, p: Progress) -> None:
                 slots.release(lease, fail_fast=True)
             lease = slots.try_acquire(p.queue.slot_name, services.settings.slot_lease_seconds, fail_fast=True)
         except TemporaryError:
-            return
+            return False
         if lease is None:
-            return  # still held; repair_slots or the lease expiry frees it
+            return False  # still held; repair_slots or the lease expiry frees it
     attempt = p.attempt + (1 if p.acquire_run_id else 0)
     if not store.set_acquire_run(p.task_id, "", services.clock.now(), lease_id=lease, attempt=attempt):
         if lease and lease != p.lease_id:
             slots.release(lease)
-        return  # the task moved on since it was read
+        return False  # the task moved on since it was read
     run = services.launcher.start_acquire(p.task_id, lease or "", attempt)
     store.set_acquire_run(p.task_id, run, services.clock.now())
+    return True
 
 
 # An idle pool's idle spell (cluster id, name, idle since), and the pool as the reaper priced it.

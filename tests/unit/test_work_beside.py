@@ -1,6 +1,6 @@
-"""ReleasesBeside: each task handed over is released once, on its threads; each release over is
-told once, with whether it ended its task; what a release that failed (or raised) leaves is
-forgotten, for the round's release run to take."""
+"""WorkBeside: each task handed over is worked on once at a time, on its threads; each piece over
+is told once, with whether it did what it set out to; a piece that raised is logged and told as
+not done, so that a later round sees its task again."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from functools import partial
 
 import pytest
 
-from falcon.services.releases_beside import ReleasesBeside
+from falcon.services.work_beside import WorkBeside
 
 
-def _closed_after(beside: ReleasesBeside) -> dict[str, bool]:
+def _closed_after(beside: WorkBeside) -> dict[str, bool]:
     beside.close()
     return beside.done()
 
@@ -25,7 +25,7 @@ def test_a_task_handed_over_twice_while_under_way_is_released_once() -> None:
         calls.append(task_id)
         return gate.wait(5)
 
-    beside = ReleasesBeside(threads=2)
+    beside = WorkBeside(threads=2, what="release")
     beside.hand_over({"t1": partial(release, "t1"), "t2": partial(release, "t2")})
     beside.hand_over({"t1": partial(release, "t1")})
     assert beside.under_way() == {"t1", "t2"}
@@ -42,7 +42,7 @@ def test_a_release_that_failed_or_raised_is_forgotten_and_the_raise_logged(
             raise RuntimeError("database gone")
         return task_id == "ends"
 
-    beside = ReleasesBeside(threads=1)
+    beside = WorkBeside(threads=1, what="release")
     beside.hand_over({task_id: partial(release, task_id) for task_id in ("ends", "fails", "raises")})
     with caplog.at_level(logging.ERROR):
         assert _closed_after(beside) == {"ends": True, "fails": False, "raises": False}
