@@ -4,11 +4,12 @@ the emulator over HTTP through the official client, and ``KubernetesJobs.list_jo
 
 We test: the watch is in step after its list and follows a Job created, resumed and deleted; a
 resourceVersion too old to resume from (410 Gone) is listed again; a watch nobody asks for stops;
-``list_jobs`` lists whole before the watch is in step, answers from it after (without a probe
-while the API server speaks on the watch, with one sent beside the caller when it fell silent),
-and still fails when the cluster's API does not answer, or hangs; ``pods_of_jobs`` answers from
-the pod watch once it is in step (a failure of which is logged once), and ``warning_events``
-from the watch of Warning events.
+a caller of a starting watch waits for its first list (and lists itself if that list failed, or
+fails if it does not come within the call timeout); ``list_jobs`` answers from the watch (without
+a probe while the API server speaks on the watch, with one sent beside the caller when it fell
+silent), starts the pod and event watches beside it, and still fails when the cluster's API does
+not answer, or hangs; ``pods_of_jobs`` answers from the pod watch (a failure of which is logged
+once), and ``warning_events`` from the watch of Warning events.
 """
 
 from __future__ import annotations
@@ -152,9 +153,9 @@ def test_list_jobs_answers_from_the_watch_and_still_fails_when_the_cluster_does_
 ) -> None:
     jobs = KubernetesJobs(api, 5, watch_seconds=1)
     jobs.create_job(NAMESPACE, job_manifest("job-a"))
-    assert [j.name for j in jobs.list_jobs(NAMESPACE, SELECTOR)] == ["job-a"]
-
-    assert eventually(lambda: answered_from_the_watch(jobs), bool)  # once the watch is in step
+    whole_lists = lists_made()
+    assert [j.name for j in jobs.list_jobs(NAMESPACE, SELECTOR)] == ["job-a"]  # the watch's first list
+    assert lists_made() == whole_lists and calls_made("list_jobs_to_watch") > 0
 
     jobs.create_job(NAMESPACE, job_manifest("job-b"))
     whole_lists, probes = lists_made(), calls_made("probe_jobs")
@@ -216,14 +217,12 @@ def test_a_cluster_that_hangs_holds_no_caller_and_is_told_after_the_timeout(
 
 
 def test_pods_of_jobs_answers_from_the_pod_watch_once_it_is_in_step(api: k8s.ApiClient) -> None:
-    """Pods created (and deleted) beside the round: the first call lists them, later ones answer
-    from the watch, which follows a pod added and one deleted."""
+    """Pods created (and deleted) beside the round: the first call waits for the watch's list,
+    and every call answers from the watch, which follows a pod added and one deleted."""
     jobs, core = KubernetesJobs(api, 5, watch_seconds=1), k8s.CoreV1Api(api)
     core.create_namespaced_pod(NAMESPACE, pod_manifest("job-a-0", "job-a"))
-    assert [p.name for p in jobs.pods_of_jobs(NAMESPACE, ["job-a"])] == ["job-a-0"]
-    assert eventually(lambda: pods_answered_from_the_watch(jobs), bool)  # once the watch is in step
-
     lists = calls_made("list_pods")
+    assert [p.name for p in jobs.pods_of_jobs(NAMESPACE, ["job-a"])] == ["job-a-0"]
     core.create_namespaced_pod(NAMESPACE, pod_manifest("job-b-0", "job-b"))
     core.create_namespaced_pod(NAMESPACE, pod_manifest("job-c-0", "job-c"))
     seen = eventually(
@@ -261,15 +260,13 @@ def poll_pods(jobs: KubernetesJobs) -> bool:
 
 
 def test_warning_events_answers_from_the_event_watch_once_it_is_in_step(api: k8s.ApiClient) -> None:
-    """Warning events recorded beside the round: the first call lists them, later ones answer from
-    the watch, which follows an event added and one deleted, keeps two events of one pod apart
-    (an event is known by its own name) and leaves Normal events out."""
+    """Warning events recorded beside the round: every call answers from the watch, which follows
+    an event added and one deleted, keeps two events of one pod apart (an event is known by its
+    own name) and leaves Normal events out."""
     jobs, core = KubernetesJobs(api, 5, watch_seconds=1), k8s.CoreV1Api(api)
     core.create_namespaced_event(NAMESPACE, event_manifest("e1", "job-a-0", "FailedMount"))
-    assert warnings(jobs) == {("job-a-0", "FailedMount")}
-    assert eventually(lambda: events_answered_from_the_watch(jobs), bool)  # once the watch is in step
-
     lists = calls_made("list_events")
+    assert warnings(jobs) == {("job-a-0", "FailedMount")}
     core.create_namespaced_event(NAMESPACE, event_manifest("e2", "job-a-0", "Failed"))
     core.create_namespaced_event(NAMESPACE, event_manifest("e3", "job-b-0", "Pulled", kind="Normal"))
     expected = {("job-a-0", "FailedMount"), ("job-a-0", "Failed")}
@@ -279,6 +276,44 @@ def test_warning_events_answers_from_the_event_watch_once_it_is_in_step(api: k8s
         ("job-a-0", "Failed")
     }
     assert calls_made("list_events") == lists
+
+
+def test_a_starting_watch_whose_first_list_failed_leaves_its_caller_to_list(
+    api: k8s.ApiClient, emulator: EmulatorServer
+) -> None:
+    jobs, core = KubernetesJobs(api, 5, watch_seconds=1), k8s.CoreV1Api(api)
+    core.create_namespaced_pod(NAMESPACE, pod_manifest("job-a-0", "job-a"))
+    inject_fault(emulator, "GET", r"/pods$", 503, "the API server is overloaded", times=1)
+    lists = calls_made("list_pods")
+    assert pod_names(jobs, ["job-a"]) == {"job-a-0"}  # the watch's list failed: the caller's own
+    assert calls_made("list_pods") == lists + 1
+
+
+def test_a_starting_watch_whose_first_list_hangs_fails_its_caller_after_the_timeout(
+    api: k8s.ApiClient, emulator: EmulatorServer
+) -> None:
+    jobs = KubernetesJobs(api, 1, watch_seconds=1)
+    rule = {"method": "GET", "pathRegex": r"/pods$", "delaySeconds": 5, "times": 1}
+    httpx.post(f"{emulator.url}/emulator/faults", json={"rules": [rule]}).raise_for_status()
+    began = time.monotonic()
+    with pytest.raises(TemporaryError, match="no answer from the API server in 1 s"):
+        jobs.pods_of_jobs(NAMESPACE, ["job-a"])
+    assert 0.9 < time.monotonic() - began < 2
+
+
+def test_listing_the_jobs_starts_the_pod_and_event_watches(api: k8s.ApiClient) -> None:
+    """A dispatcher's first read of a cluster's pods or events waits for no list of them: the
+    round's first Job list started their watches."""
+    jobs, watch_lists = (
+        KubernetesJobs(api, 5, watch_seconds=1),
+        ("list_pods_to_watch", "list_events_to_watch"),
+    )
+    before = {call: calls_made(call) for call in watch_lists}
+    jobs.list_jobs(NAMESPACE, SELECTOR)
+    listed = {call: before[call] + 1 for call in watch_lists}
+    assert eventually(lambda: {call: calls_made(call) for call in watch_lists}, listed.__eq__) == listed
+    assert pods_answered_from_the_watch(jobs) and events_answered_from_the_watch(jobs)
+    assert {call: calls_made(call) for call in watch_lists} == listed  # no second list of either
 
 
 def test_the_pod_and_event_watches_live_while_the_jobs_are_listed(

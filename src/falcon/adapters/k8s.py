@@ -95,7 +95,7 @@ class KubernetesJobs:
         probe is raised at a later call)."""
         watch = self._job_watch(namespace, label_selector)
         if watch is not None:
-            self._keep_beside_jobs(namespace)
+            self._watch_beside_jobs(namespace)
             watched = watch.objects(heard_within=HEARD_WITHIN_SECONDS)
             if watched is not None:
                 return watched
@@ -110,17 +110,14 @@ class KubernetesJobs:
             listed = _items(response)
         return [_job_state(item) for item in listed]
 
-    def _keep_beside_jobs(self, namespace: str) -> None:
-        """Keep the namespace's pod and event watches while its Jobs are followed. A round lists
-        the Jobs every second but reads pods and events only while a Job has a pod not started;
-        between such spells those watches stopped for want of use, and the next spell listed them
-        whole (at scale, a round's slowest step: 60-330 ms for a pod list). Never starts one."""
-        with self._watches_lock:
-            beside = [
-                self._pod_watches.get((namespace, POD_SELECTOR)),
-                self._event_watches.get((namespace, "")),
-            ]
-        for watch in beside:
+    def _watch_beside_jobs(self, namespace: str) -> None:
+        """Start, or keep, the namespace's pod and event watches while its Jobs are followed. A
+        round lists the Jobs every second but reads pods and events only while a Job has a pod not
+        started: between such spells those watches stopped for want of use, and the next spell
+        listed them whole (60-330 ms for a pod list at scale); and a dispatcher's first read of a
+        cluster's pods waited for that list, seconds or tens of seconds after its start, in a round
+        of its own. Started with the Jobs' watch, they have listed by the time they are read."""
+        for watch in (self._pod_watch(namespace), self._warning_watch(namespace)):
             if watch is not None:
                 watch.keep()
 

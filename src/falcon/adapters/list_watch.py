@@ -6,15 +6,18 @@ they could decide, the Warning events. Listing them each round costs the API ser
 dispatcher's process a parse of every object (at a thousand Jobs, most of a round's time; an event
 list reads every event the namespace kept in the last hour), and the round waits for each answer; a
 watch sends only what changed. The cache is answered only while it is in step: after its list and
-while its watch stands. Whenever it is not (starting, relisting after a 410 Gone, the cluster's API
-in trouble), ``objects`` answers None and the caller lists them itself, so that a cluster that does
-not answer is still seen not to answer. The watch also tells when the API server last spoke on it
-(its list, a watch request answered, an event or a bookmark). A caller may ask for ``objects``
-heard within a moment; when the API server has been silent longer (objects that do not change), the
-watch asks it for one object *beside* the caller, which is answered from the cache meanwhile and
-told at a later call if that probe failed or went unanswered: a round never waits on a probe, nor
-on a cluster that hangs. A watch that failed says why once, to the next caller
-(``untold_failure``), which logs it.
+while its watch stands. A caller of a watch that is starting waits for its first list (a list of
+its own beside it would cost the API server and this process the same list twice: at scale, the
+slowest rounds after a dispatcher's start), and fails as a list would when that list does not come
+within the call timeout. Whenever the cache is not in step otherwise (relisting after a 410 Gone,
+the cluster's API in trouble, the first list failed), ``objects`` answers None and the caller lists
+them itself, so that a cluster that does not answer is still seen not to answer. The watch also
+tells when the API server last spoke on it (its list, a watch request answered, an event or a
+bookmark). A caller may ask for ``objects`` heard within a moment; when the API server has been
+silent longer (objects that do not change), the watch asks it for one object *beside* the caller,
+which is answered from the cache meanwhile and told at a later call if that probe failed or went
+unanswered: a round never waits on a probe, nor on a cluster that hangs. A watch that failed says
+why once, to the next caller (``untold_failure``), which logs it.
 
 Each watch request lasts ``watch_seconds`` (the API server ends it; the client's read timeout
 is a little longer, never forever on a dead connection), then resumes from the last
@@ -70,8 +73,10 @@ class ListWatch(Generic[_Object]):
         self._parse, self._timeout, self._watch_seconds = parse, timeout, watch_seconds
         self._idle_seconds = idle_seconds
         self._lock = threading.Lock()
+        self._listed = threading.Condition(self._lock)  # told when the first list is over, however
         self._objects: dict[str, _Object] = {}
         self._in_step = False
+        self._first_list_over = False
         self._heard = -math.inf  # monotonic time the API server last answered or sent on the watch
         self._untold: str | None = None
         self._asked = time.monotonic()
@@ -85,12 +90,15 @@ class ListWatch(Generic[_Object]):
         return self._thread.is_alive()
 
     def objects(self, heard_within: float = math.inf) -> list[_Object] | None:
-        """Every object as the watch last saw it; None while the cache is not in step.
+        """Every object as the watch last saw it; None while the cache is not in step. A watch
+        starting is waited for, until its first list is over (TemporaryError past the call timeout).
 
         The API server silent for over ``heard_within`` seconds: a probe is sent beside (one at a
         time) and the cache answered meanwhile; TemporaryError once a probe failed, or when the
         silence outlasts ``heard_within`` plus the call timeout (a probe that hangs)."""
         with self._lock:
+            if not self._listed.wait_for(lambda: self._first_list_over, timeout=self._timeout):
+                raise TemporaryError(f"{self._what}: no answer from the API server in {self._timeout:g} s")
             self._asked = now = time.monotonic()
             silent = now - self._heard
             if not self._in_step or silent <= heard_within:
@@ -130,6 +138,8 @@ class ListWatch(Generic[_Object]):
             except Exception as exc:  # the cluster's trouble: listed again after a pause
                 with self._lock:
                     self._in_step, self._untold = False, f"{exc!r}"
+                    self._first_list_over = True
+                    self._listed.notify_all()
                 time.sleep(pause)
                 pause = min(pause * 2, RETRY_CAP_SECONDS)
         self._step(False)
@@ -144,6 +154,8 @@ class ListWatch(Generic[_Object]):
             if objects is not None:
                 self._objects = objects
                 self._heard, self._probe_failure = time.monotonic(), None
+                self._first_list_over = True
+                self._listed.notify_all()
 
     def _hear(self) -> None:
         with self._lock:
