@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from tests.unit.fakes import MemoryTaskStore, arrivals, clusters_of, k8s_of, queued, running
 
 from falcon.domain.lifecycle import NodePool, PoolState
 from falcon.domain.model import ProvisioningMode, QueueKey, k8s_job_name_for, node_pool_name_for
+from falcon.domain.pool_economics import DeleteEachPolicy
 from falcon.services import reconcile
 from falcon.services.context import Services
 from falcon.services.release import keep_horizon, release
@@ -157,3 +159,20 @@ def test_a_pool_nobody_waits_for_is_kept_only_after_reading_the_queues_history(s
     _finish(svc)
     assert svc.store.pool("c1", POOL).state is PoolState.IDLE
     assert ("queue_observations", frozenset({QUEUE})) in svc.store.calls  # type: ignore[attr-defined]
+
+
+def test_a_pool_its_takers_are_about_to_take_is_kept_unpriced_for_two_polls(svc: Services) -> None:
+    """With takers, the price only bounds how long they may leave the pool idle; the acquiring
+    task takes it at its next poll (or the next pick), so the reaper reads the queue's history
+    only for a pool still idle after two polls, and keeps it meanwhile, whatever the policy."""
+    _finish(svc)
+    assert svc.store.pool("c1", POOL).state is PoolState.IDLE
+    reaper = replace(svc, keep_policy=DeleteEachPolicy())  # no hold for waiters: reaped once priced
+    waiting, priced = {QUEUE: 1}, reconcile.PricedSpells()
+    before, poll = _observations_read(svc), svc.settings.poll_seconds
+    svc.clock.advance(1.9 * poll)  # type: ignore[attr-defined]
+    assert reconcile.reap_idle_pools(reaper, clusters_of(svc), waiting, priced=priced) == []
+    assert _observations_read(svc) == before and priced == {}
+    svc.clock.advance(0.1 * poll)  # type: ignore[attr-defined]
+    assert reconcile.reap_idle_pools(reaper, clusters_of(svc), waiting, priced=priced) == [POOL]
+    assert _observations_read(svc) == before + 1

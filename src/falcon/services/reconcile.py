@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 from functools import partial
 from typing import Protocol, TypeVar
@@ -50,6 +50,7 @@ from falcon.services.release import observed, offer_freed_pool, record_outcome, 
 logger = logging.getLogger(__name__)
 Clusters = dict[str, Cluster]
 LAUNCH_GRACE = 5.0  # seconds a pick may go without a recorded run before it is started again
+TAKEN_WITHIN_POLLS = 2  # an idle pool with takers is priced once idle this many polls (_priced)
 
 _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
@@ -428,7 +429,7 @@ def reap_idle_pools(
     now = services.clock.now()
     if pools is None:
         pools = services.store.pools_in([PoolState.IDLE, PoolState.DELETING])
-    idle = _priced(services, [p for p in pools if p.state is PoolState.IDLE], now, priced)
+    idle = _priced(services, [p for p in pools if p.state is PoolState.IDLE], now, priced, waiting)
     calls: dict[str, list[Callable[[], None]]] = {}
     reaped = []
     for pool in expired_idle_pools(idle, waiting, now, warm):
@@ -462,21 +463,49 @@ def _confirm_due(
 
 
 def _priced(
-    services: Services, idle_pools: list[NodePool], now: datetime, priced: PricedSpells | None
+    services: Services,
+    idle_pools: list[NodePool],
+    now: datetime,
+    priced: PricedSpells | None,
+    takers: Mapping[QueueKey, int],
 ) -> list[IdlePool]:
     """The idle pools with how long their queue's history makes them worth keeping, priced once
     per idle spell: while a pool is idle no task of its queue arrives without taking it, so what
     the price weighs (the queue's arrivals; its creation times, and the fleet's gaps, which move
     a horizon of minutes little) stays as it was. Pricing every idle pool at every round was the
-    round's heaviest read (the queues' history, a statement per kind)."""
+    round's heaviest read (the queues' history, a statement per kind).
+
+    A pool its queue's ``takers`` are about to take (at the acquiring task's next poll, or the
+    next pick) is priced only if it is still idle after ``TAKEN_WITHIN_POLLS`` polls, and kept
+    until then: with takers its price only bounds how long they may leave it idle (ten
+    replacements, ``KeepPolicy.hold_for_waiters``), and at scale such pools, each taken within a
+    second, were most of the rounds' pricing reads (about 20 ms a round at 1 000 running tasks)."""
     known = priced if priced is not None else {}
-    new = [p for p in idle_pools if _spell(p) not in known]
-    seen = observed(services, {QueueKey(p.cluster_id, p.topology) for p in new}) if new else {}
-    current = {_spell(p): known.get(_spell(p)) or _idle(services, p, now, seen) for p in idle_pools}
+    soon = timedelta(seconds=TAKEN_WITHIN_POLLS * services.settings.poll_seconds)
+    later = [
+        p
+        for p in idle_pools
+        if _spell(p) not in known and takers.get(_queue_of(p)) and now - (p.idle_since or now) < soon
+    ]
+    now_priced = [p for p in idle_pools if p not in later]
+    new = [p for p in now_priced if _spell(p) not in known]
+    seen = observed(services, {_queue_of(p) for p in new}) if new else {}
+    current = {_spell(p): known.get(_spell(p)) or _idle(services, p, now, seen) for p in now_priced}
     if priced is not None:
         priced.clear()
         priced.update(current)
-    return list(current.values())
+    return [*current.values(), *(_kept_unpriced(p, now) for p in later)]
+
+
+def _queue_of(pool: NodePool) -> QueueKey:
+    return QueueKey(pool.cluster_id, pool.topology)
+
+
+def _kept_unpriced(pool: NodePool, now: datetime) -> IdlePool:
+    """An idle pool not priced yet, as the reaper sees it: kept this round."""
+    return IdlePool(
+        pool.cluster_id, pool.name, pool.topology, pool.idle_since or now, timedelta.max, timedelta.max
+    )
 
 
 def _spell(pool: NodePool) -> tuple[str, str, datetime | None]:
@@ -487,7 +516,7 @@ def _idle(
     services: Services, pool: NodePool, now: datetime, seen: Mapping[QueueKey, QueueObservations]
 ) -> IdlePool:
     """An idle pool with how long what its queue was ``seen`` doing makes it worth keeping."""
-    policy, queue_seen = services.keep_policy, seen[QueueKey(pool.cluster_id, pool.topology)]
+    policy, queue_seen = services.keep_policy, seen[_queue_of(pool)]
     return IdlePool(
         pool.cluster_id,
         pool.name,
