@@ -11,19 +11,23 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 from tests.unit.fakes import one_cluster, spec_for
 
-from falcon.domain.lifecycle import failed
+from falcon.domain.lifecycle import WaitingRow, failed
 from falcon.domain.messages import MessageKey
 from falcon.domain.model import QueueKey
+from falcon.domain.scheduling import WaitingTask
 from falcon.domain.status import Reason, Status
 from falcon.services.context import Services
 from falcon.services.dispatching import FULL_RELOAD_EVERY, Dispatcher
+from falcon.services.queueing import QueueBook
 
 REFRESH = 30.0  # the fakes' queue_refresh_seconds
 QUEUE = QueueKey("c1", "2x2")
+T0 = datetime(2026, 12, 6, tzinfo=UTC)
 
 
 def waiting_behind(count: int) -> tuple[Services, Dispatcher]:
@@ -93,3 +97,26 @@ def test_an_abort_the_tick_handles_is_no_drift(caplog: pytest.LogCaptureFixture)
     assert "queue_book_drift" not in caplog.text
     assert dispatcher.book.counts() == {QUEUE: 1}
     assert message(svc, "t2").startswith(at(1))
+
+
+def test_the_book_takes_a_pick_out_of_its_queue_alone_and_an_empty_removal_changes_nothing() -> None:
+    """A tick removes its picks (their queues known) and its aborts (looked for everywhere) at
+    every turn: at 10 000 waiting tasks a look through all of them was 4 ms of each tick."""
+    other = QueueKey("c1", "2x4")
+    book = QueueBook()
+    book.load(
+        [
+            WaitingRow(QUEUE, WaitingTask("a", "u1", "a", T0), None),
+            WaitingRow(other, WaitingTask("b", "u1", "b", T0), None),
+        ],
+        {},
+    )
+    book.dirty.clear()
+    book.remove([])
+    assert book.dirty == set()
+    book.remove(["b"], [QUEUE])  # not in the queue named: nothing else is looked at
+    assert book.counts() == {QUEUE: 1, other: 1} and book.dirty == set()
+    book.remove(["a"], [QUEUE])
+    assert book.counts() == {other: 1} and book.dirty == {QUEUE}
+    book.remove(["b"])
+    assert book.counts() == {} and book.dirty == {QUEUE, other}
