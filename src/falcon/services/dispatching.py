@@ -401,7 +401,8 @@ class Dispatcher:
         report.started = [task_id for task_id, started in self._starts.done().items() if started]
         beside = self._releases.under_way() | self._starts.under_way()
         needed = reconcile.runs_to_start(svc, self._unlaunched, beside, supervised)
-        self._starts.hand_over({p.task_id: partial(reconcile.start_run, svc, p, True) for p in needed})
+        start = partial(reconcile.start_run, svc, read_before=True)
+        self._starts.hand_over({p.task_id: partial(start, p) for p in needed})
         laps.lap("supervise")
         takers = Counter(waiting) + Counter(without_pool)
         now = svc.clock.now()
