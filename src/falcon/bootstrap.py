@@ -28,6 +28,7 @@ from falcon.adapters.db.store import SqlTaskStore
 from falcon.adapters.gke import GkeNodePools
 from falcon.adapters.k8s import KubernetesJobs
 from falcon.adapters.metrics import PrometheusTidalMetrics
+from falcon.adapters.stopped_runs_log import log_planned_stops_at_info
 from falcon.adapters.task_events import PrometheusTaskEvents
 from falcon.adapters.tidal_k8s import TidalKubernetes
 from falcon.domain.model import Cluster
@@ -107,8 +108,10 @@ class Gateways:
 def log_falcon_at(settings: Settings) -> None:
     """Set the level of Falcon's loggers. Prefect's logging config gives the ``falcon`` logger
     its run-log handler (PREFECT_LOGGING_EXTRA_LOGGERS) but no level, so it would inherit the
-    root's WARNING and drop every ``event=…`` line Falcon logs at INFO."""
+    root's WARNING and drop every ``event=…`` line Falcon logs at INFO. Steps ended by a planned
+    stop (a dispatcher's handover) are logged at INFO, not as errors."""
     logging.getLogger("falcon").setLevel(settings.log_level.value)
+    log_planned_stops_at_info()
 
 
 def build_services(settings: Settings, launcher: Launcher | None = None) -> Services:
