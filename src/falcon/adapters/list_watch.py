@@ -73,7 +73,7 @@ class ListWatch(Generic[_Object]):
         self._parse, self._timeout, self._watch_seconds = parse, timeout, watch_seconds
         self._idle_seconds = idle_seconds
         self._lock = threading.Lock()
-        self._listed = threading.Condition(self._lock)  # told when the first list is over, however
+        self._listed = threading.Condition(self._lock)  # notified once the first list answered or failed
         self._objects: dict[str, _Object] = {}
         self._in_step = False
         self._first_list_over = False
