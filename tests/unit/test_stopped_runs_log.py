@@ -13,8 +13,11 @@ from falcon.domain.lifecycle import RunStopped
 
 
 @pytest.fixture
-def task_run_logger() -> Iterator[logging.Logger]:
+def task_run_logger(monkeypatch: pytest.MonkeyPatch) -> Iterator[logging.Logger]:
+    """Prefect's task-run logger, its own handler (to the Prefect API, which wants a flow run)
+    taken off for the test: the records reach the root, where caplog reads them."""
     logger = logging.getLogger(TASK_RUN_LOGGER)
+    monkeypatch.setattr(logger, "handlers", [])
     filters = list(logger.filters)
     log_planned_stops_at_info()
     log_planned_stops_at_info()  # installed once, however often asked
