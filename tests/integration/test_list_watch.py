@@ -292,13 +292,15 @@ def test_a_starting_watch_whose_first_list_failed_leaves_its_caller_to_list(
 def test_a_starting_watch_whose_first_list_hangs_fails_its_caller_after_the_timeout(
     api: k8s.ApiClient, emulator: EmulatorServer
 ) -> None:
+    """The wait and the watch's own list end at the same timeout (1 s): whichever comes first, the
+    caller fails, with the wait's error or with its own list's, after one or two timeouts."""
     jobs = KubernetesJobs(api, 1, watch_seconds=1)
-    rule = {"method": "GET", "pathRegex": r"/pods$", "delaySeconds": 5, "times": 1}
+    rule = {"method": "GET", "pathRegex": r"/pods$", "delaySeconds": 5, "times": None, "forSeconds": 4}
     httpx.post(f"{emulator.url}/emulator/faults", json={"rules": [rule]}).raise_for_status()
     began = time.monotonic()
-    with pytest.raises(TemporaryError, match="no answer from the API server in 1 s"):
+    with pytest.raises(TemporaryError, match=r"no answer from the API server in 1 s|timed out"):
         jobs.pods_of_jobs(NAMESPACE, ["job-a"])
-    assert 0.9 < time.monotonic() - began < 2
+    assert 0.9 < time.monotonic() - began < 2.8
 
 
 def test_listing_the_jobs_starts_the_pod_and_event_watches(api: k8s.ApiClient) -> None:
