@@ -61,7 +61,7 @@ def build_view(
     """The view of ``clusters``: ``waiting`` and ``acquiring`` per queue, ``running`` tasks per
     cluster id, the live ``pools``, and ``room`` per cluster id (its reservation as last read)."""
     names = {c.id: c for c in clusters}
-    queues = {q for q, tasks in waiting.items() if tasks} | set(acquiring) | {_queue_of(p) for p in pools}
+    queues = {q for q, tasks in waiting.items() if tasks} | set(acquiring) | {p.queue for p in pools}
     known = sorted(
         (q for q in queues if q.cluster_id in names), key=lambda q: (names[q.cluster_id].name, q.topology)
     )
@@ -76,10 +76,6 @@ def build_view(
         for queue in known
     )
     return DispatcherView(states, tuple(_cluster_state(c, running, pools, room) for c in clusters))
-
-
-def _queue_of(pool: NodePool) -> QueueKey:
-    return QueueKey(pool.cluster_id, pool.topology)
 
 
 def _cluster_state(

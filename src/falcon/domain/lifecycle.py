@@ -76,6 +76,11 @@ class NodePool:
     holder_task_id: str | None
     idle_since: datetime | None = None
 
+    @property
+    def queue(self) -> QueueKey:
+        """The queue (cluster, topology) whose tasks the pool can serve."""
+        return QueueKey(self.cluster_id, self.topology)
+
 
 @dataclass(frozen=True)
 class Outcome:

@@ -315,12 +315,12 @@ SUPERVISED = (Phase.ACQUIRING, Phase.RELEASING)  # the phases whose tasks need a
 def supervise_runs(
     services: Services,
     unlaunched: dict[str, float] | None = None,
-    released_beside: Set[str] = frozenset(),
+    beside: Set[str] = frozenset(),
     progress: Sequence[Progress] | None = None,
 ) -> list[str]:
     """``runs_to_start`` and ``start_run`` for each, on the caller's thread: the tasks whose run
     started. (The dispatcher starts them beside its round, ``WorkBeside``.)"""
-    needed = runs_to_start(services, unlaunched, released_beside, progress)
+    needed = runs_to_start(services, unlaunched, beside, progress)
     return [p.task_id for p in needed if start_run(services, p, read_before=progress is not None)]
 
 
@@ -482,23 +482,18 @@ def _priced(
     second, were most of the rounds' pricing reads (about 20 ms a round at 1 000 running tasks)."""
     known = priced if priced is not None else {}
     soon = timedelta(seconds=TAKEN_WITHIN_POLLS * services.settings.poll_seconds)
-    later = [
-        p
-        for p in idle_pools
-        if _spell(p) not in known and takers.get(_queue_of(p)) and now - (p.idle_since or now) < soon
-    ]
-    now_priced = [p for p in idle_pools if p not in later]
+    now_priced: list[NodePool] = []
+    later: list[NodePool] = []
+    for p in idle_pools:
+        about_to_be_taken = takers.get(p.queue) and now - (p.idle_since or now) < soon
+        (later if _spell(p) not in known and about_to_be_taken else now_priced).append(p)
     new = [p for p in now_priced if _spell(p) not in known]
-    seen = observed(services, {_queue_of(p) for p in new}) if new else {}
+    seen = observed(services, {p.queue for p in new}) if new else {}
     current = {_spell(p): known.get(_spell(p)) or _idle(services, p, now, seen) for p in now_priced}
     if priced is not None:
         priced.clear()
         priced.update(current)
     return [*current.values(), *(_kept_unpriced(p, now) for p in later)]
-
-
-def _queue_of(pool: NodePool) -> QueueKey:
-    return QueueKey(pool.cluster_id, pool.topology)
 
 
 def _kept_unpriced(pool: NodePool, now: datetime) -> IdlePool:
@@ -516,7 +511,7 @@ def _idle(
     services: Services, pool: NodePool, now: datetime, seen: Mapping[QueueKey, QueueObservations]
 ) -> IdlePool:
     """An idle pool with how long what its queue was ``seen`` doing makes it worth keeping."""
-    policy, queue_seen = services.keep_policy, seen[_queue_of(pool)]
+    policy, queue_seen = services.keep_policy, seen[pool.queue]
     return IdlePool(
         pool.cluster_id,
         pool.name,

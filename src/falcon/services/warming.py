@@ -50,10 +50,6 @@ from falcon.services.ports import TaskStore
 logger = logging.getLogger(__name__)
 
 
-def _queue_of(pool: NodePool) -> QueueKey:
-    return QueueKey(pool.cluster_id, pool.topology)
-
-
 def _warm_creating(pool: NodePool) -> bool:
     """A task's pool always has its holder while it is created; a warm pool has none."""
     return pool.state is PoolState.CREATING and pool.holder_task_id is None
@@ -103,8 +99,8 @@ def queues_to_warm(
     """Queues of active clusters short of their target (unless a failure holds them back), and
     queues whose warm pools are still being created: those need a run to follow them."""
     listed = list(pools)
-    idle = Counter(_queue_of(p) for p in listed if p.state is PoolState.IDLE)
-    creating = Counter(_queue_of(p) for p in listed if _warm_creating(p))
+    idle = Counter(p.queue for p in listed if p.state is PoolState.IDLE)
+    creating = Counter(p.queue for p in listed if _warm_creating(p))
     rules_of = by_queue(rules)
     short = {
         queue
@@ -143,7 +139,7 @@ def plan_warm_pools(services: Services, queue: QueueKey) -> list[str]:
             store.warm_rule_failed(target.rule, str(exc), now)
             logger.warning("event=warm_plan_failed rule=%s error=%s", target.rule, exc)
     creating = store.pools_in([PoolState.CREATING])
-    return [p.name for p in creating if _queue_of(p) == queue and _warm_creating(p)]
+    return [p.name for p in creating if p.queue == queue and _warm_creating(p)]
 
 
 def _cluster(services: Services, queue: QueueKey) -> Cluster | None:
@@ -159,7 +155,7 @@ def _write_ahead(
     with services.store.cluster_locked(cluster.id) as store:
         if not needs_topping_up(target, store.warm_rules()):
             return  # another run recorded this fire's pools, or a task took them since
-        of_queue = [p for p in store.pools_in([PoolState.CREATING, PoolState.IDLE]) if _queue_of(p) == queue]
+        of_queue = [p for p in store.pools_in([PoolState.CREATING, PoolState.IDLE]) if p.queue == queue]
         idle = sum(1 for p in of_queue if p.state is PoolState.IDLE)
         creating = sum(1 for p in of_queue if _warm_creating(p))
         names = _fresh_names(store, queue, now)
