@@ -162,6 +162,8 @@ def test_snapshot_lists_new_aborting_acquiring_and_the_book_or_its_counts_only_w
     upstream.abort("gone")  # never taken in
     queued(store, upstream, "gone-waiting")
     upstream.abort("gone-waiting")
+    queued(store, upstream, "orphan")
+    upstream.delete("orphan")  # by hand: Falcon's progress row stays
 
     snap = store.snapshot(10, with_book=False)
     assert [t.id for t in snap.new_tasks] == ["early", "late"]
@@ -171,11 +173,11 @@ def test_snapshot_lists_new_aborting_acquiring_and_the_book_or_its_counts_only_w
     ]
     assert snap.acquiring_queues == {Q}
     assert snap.clusters == [C1]
-    assert snap.queue_lengths == {Q: 3}  # waiting or acquiring progress rows, whatever the status
+    assert snap.queue_lengths == {Q: 4}  # waiting or acquiring progress rows, whatever the status
     assert snap.idle_pools == []
     assert snap.waiting is None and snap.last_actors is None and snap.waiting_counts is None
-    # the rows the book would hold, counted: not the aborted one, not the acquiring one
-    assert store.snapshot(0, with_book=False, with_counts=True).waiting_counts == {Q: 1}
+    # the waiting rows but the aborted one: the book's, and the orphan it cannot hold
+    assert store.snapshot(0, with_book=False, with_counts=True).waiting_counts == {Q: 2}
 
     booked = store.snapshot(1, with_book=True)
     assert [t.id for t in booked.new_tasks] == ["early"]

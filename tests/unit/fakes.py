@@ -275,7 +275,7 @@ class MemoryTaskStore:
                 idle_pools=self.pools_in([PoolState.IDLE]) if new else [],
                 waiting=self._waiting_rows() if with_book else None,
                 last_actors=dict(self.rotation) if with_book else None,
-                waiting_counts=dict(Counter(r.queue for r in self._waiting_rows())) if with_counts else None,
+                waiting_counts=self._waiting_counts() if with_counts else None,
             )
 
     def _queue_lengths(self) -> dict[QueueKey, int]:
@@ -284,6 +284,17 @@ class MemoryTaskStore:
             if p.phase in (Phase.WAITING, Phase.ACQUIRING):
                 lengths[_queue(p)] = lengths.get(_queue(p), 0) + 1
         return lengths
+
+    def _waiting_counts(self) -> dict[QueueKey, int]:
+        """Waiting progress rows less the Aborting tasks': a row whose job is gone counts too."""
+        return dict(
+            Counter(
+                _queue(p)
+                for p in self.progress.values()
+                if p.phase is Phase.WAITING
+                and (p.task_id not in self.rows or self.rows[p.task_id].status is not Status.ABORTING)
+            )
+        )
 
     def _waiting_rows(self) -> list[WaitingRow]:
         rows = []

@@ -312,7 +312,7 @@ class Dispatcher:
             self.book.loaded = False  # the Messages written are not the book's: read it again
         due = self._refresh.due(clock.monotonic(), force=not self.book.loaded)
         reload = due and (not self.book.loaded or self._checks_since_reload >= FULL_RELOAD_EVERY)
-        snapshot = svc.store.snapshot(settings.intake_batch, with_book=reload, with_counts=due and not reload)
+        snapshot = svc.store.snapshot(settings.intake_batch, with_book=reload, with_counts=due)
         self._check_book(snapshot)
         laps.lap("snapshot")
         now = clock.now()
@@ -347,13 +347,17 @@ class Dispatcher:
         """Load the book from a full read; compare it with a count, and read it all next tick
         (half a second on) when they differ."""
         if snapshot.waiting is not None:
-            self.book.load(snapshot.waiting, snapshot.last_actors or {})
+            self.book.load(snapshot.waiting, snapshot.last_actors or {}, snapshot.waiting_counts)
             self._checks_since_reload = 0
+            if self.book.unbooked:
+                # progress rows waiting whose job row was deleted or edited by hand: never picked
+                logger.warning("event=waiting_rows_not_pending queues=%s", _queues_text(self.book.unbooked))
         elif snapshot.waiting_counts is not None:
             self._checks_since_reload += 1
             drift = self.book.drift(snapshot.waiting_counts, {task.id for task, _ in snapshot.aborting})
             if drift:
-                logger.warning("event=queue_book_drift queues=%s", _drift_text(drift))
+                moved = {q: f"{book}->{db}" for q, (book, db) in drift.items()}
+                logger.warning("event=queue_book_drift queues=%s", _queues_text(moved))
                 self.book.loaded = False
 
     def _launch(self, picks: list[Pick]) -> None:
@@ -622,7 +626,7 @@ def all_live(loops: Iterable[DispatcherLoop], bound: float) -> Verdict:
     return Verdict(all(v.healthy for v in verdicts), {k: v for x in verdicts for k, v in x.checks.items()})
 
 
-def _drift_text(drift: dict[QueueKey, tuple[int, int]]) -> str:
-    """``cluster/topology:book->database`` per queue, for the drift log line."""
-    ordered = sorted(drift.items(), key=lambda item: (item[0].cluster_id, item[0].topology))
-    return ",".join(f"{q.cluster_id}/{q.topology}:{book}->{db}" for q, (book, db) in ordered)
+def _queues_text(values: Mapping[QueueKey, object]) -> str:
+    """``cluster/topology:value`` per queue, for a log line."""
+    ordered = sorted(values.items(), key=lambda item: (item[0].cluster_id, item[0].topology))
+    return ",".join(f"{q.cluster_id}/{q.topology}:{value}" for q, value in ordered)

@@ -4,7 +4,8 @@ The dispatcher is the only writer of waiting tasks (intake adds them, picks and 
 them; no other step touches them), so it keeps them in a ``QueueBook`` in memory instead of
 re-reading every waiting row each tick. The book is loaded from the database at start. As a
 safety net it is checked every ``queue_refresh_seconds`` (the database's count of waiting tasks
-per queue against the book's: one aggregate query) and read again when they differ, and every
+per queue against the book's: an aggregate over the progress table's index) and read again when
+they differ, and every
 ``FULL_RELOAD_EVERY`` checks regardless (a drift that keeps the counts, one task for another).
 A reload of thousands of rows, and the slot checks after it, used to be every 30 s and was the
 tick's p99 at scale.
@@ -56,8 +57,17 @@ class QueueBook:
     dirty: set[QueueKey] = field(default_factory=set)
     loaded: bool = False
     limits: set[QueueKey] = field(default_factory=set)  # slots made sure of by this dispatcher
+    # Waiting rows the database counts but the book cannot hold (their job row is neither Pending
+    # nor Aborting: deleted or edited by hand), per queue, as of the last load.
+    unbooked: dict[QueueKey, int] = field(default_factory=dict)
 
-    def load(self, rows: Iterable[WaitingRow], last_actors: Mapping[QueueKey, str]) -> None:
+    def load(
+        self,
+        rows: Iterable[WaitingRow],
+        last_actors: Mapping[QueueKey, str],
+        counted: Mapping[QueueKey, int] | None = None,
+    ) -> None:
+        """``counted``: the database's count of waiting tasks read with ``rows`` (``drift``'s)."""
         self.waiting.clear()
         self.written.clear()
         for row in rows:
@@ -67,6 +77,8 @@ class QueueBook:
         self.dirty = set(self.waiting)
         self.limits.clear()  # made sure of again: a failed tick (a limit deleted) reloads the book
         self.loaded = True
+        held = self.counts()
+        self.unbooked = {q: n - held.get(q, 0) for q, n in (counted or {}).items() if n != held.get(q, 0)}
 
     def add(self, queue: QueueKey, task: WaitingTask) -> None:
         self.waiting.setdefault(queue, []).append(task)
@@ -94,14 +106,17 @@ class QueueBook:
     def drift(self, counted: Mapping[QueueKey, int], leaving: Set[str]) -> dict[QueueKey, tuple[int, int]]:
         """Queues whose waiting tasks in the database (``counted``) are not the book's, as
         (book, database). ``leaving``: tasks the database no longer counts as waiting but the
-        book may still hold, as the tick that read the counts has yet to remove them (aborts)."""
+        book may still hold, as the tick that read the counts has yet to remove them (aborts).
+        The rows the book could not hold at its last load (``unbooked``) are not a drift."""
         mine = Counter(
             queue for queue, tasks in self.waiting.items() for t in tasks if t.task_id not in leaving
         )
+        theirs = Counter(counted)
+        theirs.subtract(self.unbooked)
         return {
-            queue: (mine.get(queue, 0), counted.get(queue, 0))
-            for queue in mine.keys() | counted.keys()
-            if mine.get(queue, 0) != counted.get(queue, 0)
+            queue: (mine[queue], theirs[queue])
+            for queue in mine.keys() | theirs.keys()
+            if mine[queue] != theirs[queue]
         }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -778,14 +779,26 @@ def _waiting_in(queue: QueueKey) -> tuple[sa.ColumnElement[bool], ...]:
 
 
 def waiting_counts(session: Session) -> dict[QueueKey, int]:
-    """How many tasks ``waiting_rows`` would return, per queue: one aggregate over the same index."""
-    query = (
-        sa.select(TaskProgressRow.cluster_id, TaskProgressRow.topology, sa.func.count())
+    """Falcon's waiting progress rows per queue, less those whose task upstream set to Aborting:
+    what the queue book holds, counted on the progress table's index alone. Joining every row's
+    job row, as ``waiting_rows`` does, made this count 30-80 ms of a tick at 10 000 waiting tasks
+    on MariaDB; the Aborting rows are few. A waiting row whose job row is neither Pending nor
+    Aborting (deleted or edited by hand) is counted here and not read by ``waiting_rows``: the
+    book learns of it when it is loaded (``QueueBook.load``)."""
+    queue = (TaskProgressRow.cluster_id, TaskProgressRow.topology)
+    waiting = TaskProgressRow.phase == Phase.WAITING.value
+    counts: Counter[QueueKey] = Counter()
+    for c, t, n in session.execute(sa.select(*queue, sa.func.count()).where(waiting).group_by(*queue)):
+        counts[QueueKey(c or "", t or "")] += n
+    aborting = (
+        sa.select(*queue, sa.func.count())
         .join(JobRow, JobRow.id == TaskProgressRow.task_id)
-        .where(TaskProgressRow.phase == Phase.WAITING.value, JobRow.status == Status.PENDING.value)
-        .group_by(TaskProgressRow.cluster_id, TaskProgressRow.topology)
+        .where(JobRow.status == Status.ABORTING.value, waiting)
+        .group_by(*queue)
     )
-    return {QueueKey(c or "", t or ""): n for c, t, n in session.execute(query)}
+    for c, t, n in session.execute(aborting):
+        counts[QueueKey(c or "", t or "")] -= n
+    return {q: n for q, n in counts.items() if n}
 
 
 def queue_lengths(session: Session) -> dict[QueueKey, int]:
