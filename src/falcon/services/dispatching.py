@@ -34,6 +34,7 @@ from falcon.domain.scheduling import ReservationCapacity
 from falcon.domain.warm_pools import next_change, schedulable, warm_targets
 from falcon.services import reconcile
 from falcon.services.context import Services
+from falcon.services.fan_out import fan_out_on
 from falcon.services.health import Verdict, liveness
 from falcon.services.intake import take_in
 from falcon.services.ports import Clock
@@ -213,8 +214,9 @@ class Dispatcher:
         # waiting for a tick under way (one taking thousands of rows in holds the book for seconds).
         self._waiting_counts: dict[QueueKey, int] = {}
         self._launches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="launch")
+        self._claims = fan_out_on(self._launches)  # the picks' records, then their launches
         self._round_work = ThreadPoolExecutor(max_workers=ROUND_THREADS, thread_name_prefix="round")
-        self._fan_out = reconcile.fan_out_on(self._round_work)
+        self._fan_out = fan_out_on(self._round_work)
         self._releases = WorkBeside(ROUND_THREADS, "release")
         self._starts = WorkBeside(ROUND_THREADS, "run_start")
         self._reaper_calls = ReaperCallsBeside(ROUND_THREADS)
@@ -334,6 +336,7 @@ class Dispatcher:
             svc.events,
             held=self._unreachable,
             write_messages=self._messages,
+            fan_out=self._claims,
         )
         report.picked = [p.task_id for p in result.picks]
         report.deferred = [queue.slot_name for queue in result.deferred]

@@ -8,16 +8,13 @@ release run.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import logging
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
-from concurrent.futures import Executor
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 from functools import partial
-from typing import Protocol, TypeVar
 
 from falcon.domain.errors import FalconError, NotFoundError, TemporaryError
 from falcon.domain.events import Stage
@@ -42,6 +39,7 @@ from falcon.domain.status import TERMINAL, Reason, Status
 from falcon.domain.workloads import JobState, events_may_decide
 from falcon.services.acquisition import cannot_start
 from falcon.services.context import Services, stage_of, tell_moved
+from falcon.services.fan_out import FanOut
 from falcon.services.pool_deletion import ask_delete
 from falcon.services.ports import ClusterJobs
 from falcon.services.reaper_beside import Calls, one_cluster_after_another
@@ -51,28 +49,6 @@ logger = logging.getLogger(__name__)
 Clusters = dict[str, Cluster]
 LAUNCH_GRACE = 5.0  # seconds a pick may go without a recorded run before it is started again
 TAKEN_WITHIN_POLLS = 2  # an idle pool with takers is priced once idle this many polls (_priced)
-
-_Item = TypeVar("_Item")
-_Result = TypeVar("_Result")
-
-
-class FanOut(Protocol):
-    """How a round runs independent pieces of work (a cluster's Jobs, its GKE calls): one after
-    another (``map``, the default) or at once (the dispatcher's threads), answered in order. Each
-    piece waits mostly on the database and an API server, so running them at once overlaps waits."""
-
-    def __call__(self, work: Callable[[_Item], _Result], items: Iterable[_Item], /) -> Iterator[_Result]: ...
-
-
-def fan_out_on(threads: Executor) -> FanOut:
-    """``FanOut`` on ``threads``, each piece in a copy of the caller's context (its logs reach the
-    same flow run)."""
-
-    def fan_out(work: Callable[[_Item], _Result], items: Iterable[_Item], /) -> Iterator[_Result]:
-        runs = [partial(contextvars.copy_context().run, work, item) for item in items]
-        return threads.map(lambda run: run(), runs)
-
-    return fan_out
 
 
 def abort_unstarted(
