@@ -245,7 +245,8 @@ class TaskProgressRow(Base):
     updated_at: Mapped[datetime]
 
     __table_args__ = (
-        sa.Index("ix_falcon_task_progress__phase", "phase"),
+        # The counts per queue of a phase (the queue book's check, queue lengths) read it alone.
+        sa.Index("ix_falcon_task_progress__phase__cluster_id__topology", "phase", "cluster_id", "topology"),
         sa.Index("ix_falcon_task_progress__cluster_id__topology__phase", "cluster_id", "topology", "phase"),
         sa.Index(
             "ix_falcon_task_progress__cluster_id__topology__queued_at", "cluster_id", "topology", "queued_at"
