@@ -363,16 +363,15 @@ def start_acquiring(
     aborts leave stale; the database decides. Only the holder of the queue's slot (a Prefect limit
     of 1) gets here for this queue, so no other pick lands between this check and the write, and
     the write itself is a compare-and-set on Pending/Waiting: one claim per task, whoever races."""
-    if _next_in_queue(session, queue) != task_id:
+    chosen = _next_in_queue(session, queue)
+    if chosen is None or chosen[0] != task_id:
         return None
     values: dict[Any, Any] = {JobRow.message: message}
     if not _write_task(
         session, task_id, [Status.PENDING], now, values, Status.PENDING, Reason.PROVISIONING, Reason.WAITING
     ):
         return None
-    attempt = (
-        session.scalar(sa.select(TaskProgressRow.attempt).where(TaskProgressRow.task_id == task_id)) or 0
-    ) + 1
+    attempt = chosen[1] + 1
     _move_progress(
         session,
         task_id,
@@ -390,28 +389,34 @@ def start_acquiring(
     return attempt
 
 
-def _next_in_queue(session: Session, queue: QueueKey) -> str | None:
-    """The task the §4 pick rule gives the queue's slot now, from the database alone.
+def _next_in_queue(session: Session, queue: QueueKey) -> tuple[str, int] | None:
+    """The task the §4 pick rule gives the queue's slot now, from the database alone, and its
+    attempts so far.
 
     The rule looks only at each actor's earliest task, so only those are read: every actor's
     tasks submitted at its earliest time (ties are broken by task id in Python, as the book does,
-    not by the database's collation)."""
+    not by the database's collation), with the queue's last actor, in one statement: a pick's
+    record is a handful of round trips, each a wait for the interpreter lock in a busy process."""
     rank = sa.func.rank().over(partition_by=JobRow.actor, order_by=JobRow.created_at).label("actor_rank")
     ranked = (
-        sa.select(JobRow.id, JobRow.actor, JobRow.name, JobRow.created_at, rank)
+        sa.select(JobRow.id, JobRow.actor, JobRow.name, JobRow.created_at, TaskProgressRow.attempt, rank)
         .join(TaskProgressRow, TaskProgressRow.task_id == JobRow.id)
         .where(*_waiting_in(queue))
         .subquery()
     )
-    rows = session.execute(
-        sa.select(ranked.c.id, ranked.c.actor, ranked.c.name, ranked.c.created_at).where(
-            ranked.c.actor_rank == 1
-        )
+    last_actor = (
+        sa.select(QueueRotationRow.last_actor)
+        .where(QueueRotationRow.cluster_id == queue.cluster_id, QueueRotationRow.topology == queue.topology)
+        .scalar_subquery()
+        .label("last_actor")
     )
-    heads = [WaitingTask(task_id, actor, name, created) for task_id, actor, name, created in rows]
-    rotation = session.get(QueueRotationRow, (queue.cluster_id, queue.topology), populate_existing=True)
-    chosen = pick_next(heads, rotation.last_actor if rotation else None)
-    return chosen.task_id if chosen else None
+    rows = session.execute(sa.select(ranked, last_actor).where(ranked.c.actor_rank == 1)).all()
+    heads = [WaitingTask(row.id, row.actor, row.name, row.created_at) for row in rows]
+    chosen = pick_next(heads, rows[0].last_actor if rows else None)
+    if chosen is None:
+        return None
+    attempts = {row.id: row.attempt or 0 for row in rows}
+    return chosen.task_id, attempts[chosen.task_id]
 
 
 def mark_running(session: Session, task_id: str, message: str, now: datetime) -> bool:
@@ -830,16 +835,19 @@ def last_actors(session: Session) -> dict[QueueKey, str]:
 
 
 def record_pick(session: Session, queue: QueueKey, actor: str, now: datetime) -> None:
-    row = session.get(QueueRotationRow, (queue.cluster_id, queue.topology))
-    if row is None:
+    """The queue's last actor, for round robin: written without reading it first."""
+    written = session.execute(
+        sa.update(QueueRotationRow)
+        .where(QueueRotationRow.cluster_id == queue.cluster_id, QueueRotationRow.topology == queue.topology)
+        .values(last_actor=actor, updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    if not getattr(written, "rowcount", 0):
         session.add(
             QueueRotationRow(
                 cluster_id=queue.cluster_id, topology=queue.topology, last_actor=actor, updated_at=now
             )
         )
-    else:
-        row.last_actor = actor
-        row.updated_at = now
 
 
 # -- node pools ----------------------------------------------------------------------------------
