@@ -27,8 +27,14 @@ grants: the Prefect global-concurrency-limit calls are the edge of this unit and
 here. Each cell is the median of a few
 repetitions; ns/(n log2 n) should stay flat (or fall) as n grows if the pass is O(n log n).
 
+With ``--busy-threads N``, N threads of pure-Python work run beside the passes, as the
+dispatcher's flow runs and reconcile round run beside its tick: each of a pass's round trips to
+the database then waits for the interpreter lock, up to Python's switch interval
+(``--switch-interval``, 5 ms by default).
+
 Run:  .venv/bin/python benchmarks/bench_dispatch_pass.py [--sizes 1000,10000,100000]
       [--backends memory,sqlite,mariadb] [--profile 10000]   (cProfile of the database passes)
+      [--busy-threads 1] [--switch-interval 0.001]
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import random
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -434,12 +441,27 @@ def main() -> None:
     )
     parser.add_argument("--backends", default="memory,sqlite,mariadb")
     parser.add_argument("--profile", type=int, default=0, help="cProfile the database passes at this n")
+    parser.add_argument(
+        "--busy-threads",
+        type=int,
+        default=0,
+        help="threads of pure-Python work beside the passes, as the dispatcher's flow runs and "
+        "reconcile round are beside its tick: each round trip then waits for the interpreter lock",
+    )
+    parser.add_argument(
+        "--switch-interval", type=float, default=None, help="sys.setswitchinterval, seconds (Python's 0.005)"
+    )
     args = parser.parse_args()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
+    for _ in range(args.busy_threads):
+        threading.Thread(target=_busy, daemon=True).start()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     backends = args.backends.split(",")
     print(
         "one scheduling pass: 20 queues (5 clusters x 4 topologies), 200 actors; Slots = in-memory fake "
-        "that always grants (edge of the unit, not measured)\n",
+        "that always grants (edge of the unit, not measured); "
+        f"{args.busy_threads} busy threads beside, switch interval {sys.getswitchinterval() * 1e3:g} ms\n",
         flush=True,
     )
     started = time.perf_counter()
@@ -460,6 +482,14 @@ def main() -> None:
     print_table(results)
     print_verdict(results)
     print(f"\ntotal {time.perf_counter() - started:.0f}s")
+
+
+def _busy() -> None:
+    """Pure-Python work for ever: it holds the interpreter lock but for Python's switch interval."""
+    total = 0
+    while True:
+        for i in range(1_000):
+            total += i
 
 
 def _fresh_database(server_url: str, name: str) -> str:
