@@ -33,6 +33,7 @@ from falcon.adapters.clock import StoppableClock, utc_now
 from falcon.adapters.collector import full_collections_between_ticks
 from falcon.adapters.console_log import console_beside
 from falcon.adapters.health import database_check, prefect_check, serving_health
+from falcon.adapters.interpreter_lock import lock_handed_over_every
 from falcon.adapters.metrics import (
     GC_PAUSES,
     HOUSEKEEPING_SECONDS,
@@ -60,6 +61,7 @@ def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = No
         console_beside(),
         runs_in_process(services()) as svc,
         full_collections_between_ticks() as collections,
+        lock_handed_over_every(),
     ):
         settings = svc.settings
         log = get_run_logger()
