@@ -3,7 +3,8 @@
 We test: one task per queue acquires, one per queue at a time; FIFO within an actor and round
 robin across actors over several ticks; a slot held in Prefect is not taken; an abort landing
 between the snapshot and the write releases the lease taken for it; the picks of several queues
-are recorded at once, and one whose record fails gives its slot back and keeps the others; waiting
+are recorded at once, and one whose record fails gives its slot back and keeps the others; the
+deployed tick hands its picks' runs over and does not wait for them to start; waiting
 tasks get their queue position as Message; a task aborted while waiting ends Aborted on the next
 tick.
 """
@@ -192,6 +193,28 @@ def test_a_pick_whose_record_fails_gives_its_slot_back_and_the_others_are_kept(
     assert not dispatcher.book.loaded  # read again from the database at the next tick
     svc.store.start_acquiring = record  # type: ignore[method-assign]
     assert dispatcher.tick().picked == ["a"]
+
+
+def test_the_deployed_tick_hands_its_picks_runs_over_and_does_not_wait_for_them(svc: Services) -> None:
+    """A run's start and its record are a write to the database (15-84 ms a pick in the
+    full-size benchmark's slowest ticks): the deployed tick leaves them to threads beside it."""
+    dispatcher = Dispatcher(svc, launches_beside=True)
+    submit(svc, "a")
+    go_on = threading.Event()
+    start = svc.launcher.start_acquire
+
+    def slow_start(*args, **kwargs):  # type: ignore[no-untyped-def]
+        assert go_on.wait(5)
+        return start(*args, **kwargs)
+
+    svc.launcher.start_acquire = slow_start  # type: ignore[method-assign]
+    assert dispatcher.tick().picked == ["a"]  # back while the start waits
+    assert svc.store.progress["a"].phase is Phase.ACQUIRING
+    assert svc.store.progress["a"].acquire_run_id is None and svc.launcher.acquires == []
+    go_on.set()
+    dispatcher.close()  # waits for the starts handed over
+    assert [t for t, _, _ in svc.launcher.acquires] == ["a"]
+    assert svc.store.progress["a"].acquire_run_id is not None
 
 
 def test_aborted_while_waiting_ends_aborted_at_the_next_tick(svc: Services, dispatcher: Dispatcher) -> None:

@@ -18,6 +18,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -201,10 +202,14 @@ class Dispatcher:
         services: Services,
         publish: Callable[[DispatcherView], None] | None = None,
         messages: MessagesBeside | None = None,
+        launches_beside: bool = False,
     ) -> None:
         """Every ``view_seconds`` (a reconcile round's last step) the dispatcher's view sets the
         state gauges and, if given, goes to ``publish``: the deployed dispatcher's table artifact.
-        ``messages``: the waiting Messages are written beside the tick (else within it)."""
+        ``messages``: the waiting Messages are written beside the tick (else within it).
+        ``launches_beside``: the tick hands its picks' runs over to be started and recorded, and
+        does not wait (else it waits, as a test that looks at the runs after a tick needs)."""
+        self._launches_beside = launches_beside
         self.services = services
         self._publish = publish
         self._messages = messages
@@ -214,7 +219,9 @@ class Dispatcher:
         # waiting for a tick under way (one taking thousands of rows in holds the book for seconds).
         self._waiting_counts: dict[QueueKey, int] = {}
         self._launches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="launch")
-        self._claims = fan_out_on(self._launches)  # the picks' records, then their launches
+        # The picks' records: threads of their own, so that no launch handed over delays them.
+        self._claim_threads = ThreadPoolExecutor(max_workers=8, thread_name_prefix="claim")
+        self._claims = fan_out_on(self._claim_threads)
         self._round_work = ThreadPoolExecutor(max_workers=ROUND_THREADS, thread_name_prefix="round")
         self._fan_out = fan_out_on(self._round_work)
         self._releases = WorkBeside(ROUND_THREADS, "release")
@@ -299,6 +306,7 @@ class Dispatcher:
     def close(self) -> None:
         """Wait for launches, releases and the reaper's calls under way and the Messages handed
         over; the dispatcher is not used afterwards."""
+        self._claim_threads.shutdown(wait=True)
         self._launches.shutdown(wait=True)
         self._round_work.shutdown(wait=True)
         self._releases.close()
@@ -371,8 +379,11 @@ class Dispatcher:
             run = svc.launcher.start_acquire(pick.task_id, pick.lease_id, pick.attempt)
             svc.store.set_acquire_run(pick.task_id, run, svc.clock.now())
 
-        # A failed start leaves acquire_run_id empty; supervise_runs starts it again.
-        list(self._launches.map(lambda p: _quietly(start, p), picks))
+        # A failed start leaves acquire_run_id empty; supervise_runs starts it again, as it does a
+        # start handed over that has not recorded its run within LAUNCH_GRACE.
+        started = [self._launches.submit(contextvars.copy_context().run, _quietly, start, p) for p in picks]
+        if not self._launches_beside:
+            futures.wait(started)
 
     def _repair_leaks(self, held: list[QueueKey]) -> list[str]:
         now = self.services.clock.monotonic()
