@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -143,6 +144,35 @@ def test_rotation_state_survives_sessions(db_url: str) -> None:
         repo.record_pick(s, queue, "bob", T0)
     with session_scope(db_url) as s:
         assert repo.last_actors(s) == {queue: "bob"}
+
+
+@pytest.mark.parametrize("db_url", ["mysql"], indirect=True)
+def test_the_first_picks_of_two_queues_recorded_at_once_do_not_deadlock(db_url: str) -> None:
+    """A tick records its queues' picks at once. Writing a queue's rotation as an UPDATE, then an
+    INSERT when it found no row, took a gap lock on MariaDB; two first picks, each inserting into
+    the gap the other held, deadlocked at a full-size benchmark's first tick (here, with the
+    first commit held back, the second insert waits on the first's gap lock)."""
+    both_wrote = threading.Barrier(2, timeout=10)
+    failures: list[BaseException] = []
+
+    def first_pick(queue: QueueKey) -> None:
+        try:
+            with session_scope(db_url) as s:
+                repo.record_pick(s, queue, "alice", T0)
+                s.flush()
+                both_wrote.wait()  # both transactions open, each row written
+        except BaseException as exc:
+            failures.append(exc)
+            both_wrote.abort()
+
+    threads = [threading.Thread(target=first_pick, args=(QueueKey("c1", t),)) for t in ("2x2", "2x4")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert failures == []
+    with session_scope(db_url) as s:
+        assert repo.last_actors(s) == {QueueKey("c1", "2x2"): "alice", QueueKey("c1", "2x4"): "alice"}
 
 
 def test_naive_datetimes_are_refused(db_url: str) -> None:

@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.mysql import insert as mysql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from falcon.adapters.db.orm import (
@@ -835,18 +837,20 @@ def last_actors(session: Session) -> dict[QueueKey, str]:
 
 
 def record_pick(session: Session, queue: QueueKey, actor: str, now: datetime) -> None:
-    """The queue's last actor, for round robin: written without reading it first."""
-    written = session.execute(
-        sa.update(QueueRotationRow)
-        .where(QueueRotationRow.cluster_id == queue.cluster_id, QueueRotationRow.topology == queue.topology)
-        .values(last_actor=actor, updated_at=now)
-        .execution_options(synchronize_session=False)
-    )
-    if not getattr(written, "rowcount", 0):
-        session.add(
-            QueueRotationRow(
-                cluster_id=queue.cluster_id, topology=queue.topology, last_actor=actor, updated_at=now
-            )
+    """The queue's last actor, for round robin, in one upsert. Picks of several queues are
+    recorded at once: an UPDATE that finds no row takes a gap lock on MariaDB, and two queues'
+    first picks, each then inserting into the other's gap, deadlocked."""
+    row = {"cluster_id": queue.cluster_id, "topology": queue.topology, "last_actor": actor, "updated_at": now}
+    table = cast(sa.Table, QueueRotationRow.__table__)
+    if session.get_bind().dialect.name == "sqlite":
+        lite = sqlite_insert(table).values(row)
+        keys = [table.c.cluster_id, table.c.topology]
+        session.execute(
+            lite.on_conflict_do_update(index_elements=keys, set_={"last_actor": actor, "updated_at": now})
+        )
+    else:
+        session.execute(
+            mysql_insert(table).values(row).on_duplicate_key_update(last_actor=actor, updated_at=now)
         )
 
 
