@@ -195,6 +195,27 @@ def test_a_pick_whose_record_fails_gives_its_slot_back_and_the_others_are_kept(
     assert dispatcher.tick().picked == ["a"]
 
 
+def test_a_slot_call_that_fails_outright_gives_back_the_slots_taken_before_it(
+    svc: Services, dispatcher: Dispatcher
+) -> None:
+    """The slots are all taken before any pick is recorded: one the tick took for a pick it will
+    not record goes back at once, not when the leak repair finds it seconds later."""
+    submit(svc, "a", topology="2x2")
+    submit(svc, "c", topology="2x4")
+    taken: list[str] = []
+
+    def second_fails(name: str) -> None:
+        taken.append(name)
+        if len(taken) == 2:
+            raise RuntimeError("Prefect answered 400")
+
+    svc.slots.on_acquire.append(second_fails)
+    with pytest.raises(RuntimeError, match="400"):
+        dispatcher.tick()
+    assert svc.slots.holder(taken[0]) is None
+    assert {svc.store.progress[t].phase for t in ("a", "c")} == {Phase.WAITING}
+
+
 def test_the_deployed_tick_hands_its_picks_runs_over_and_does_not_wait_for_them(svc: Services) -> None:
     """A run's start and its record are a write to the database (15-84 ms a pick in the
     full-size benchmark's slowest ticks): the deployed tick leaves them to threads beside it."""

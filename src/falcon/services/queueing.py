@@ -171,11 +171,15 @@ def schedule(
     wait for it. A queue whose task is picked then has its positions written again."""
     write = write_messages or store.set_waiting_messages
     result = ScheduleResult(messages_written=_refresh_messages(write, book, say, now, held or {}))
-    slotted = [
-        (queue, task, lease_id)
-        for queue, task in choose(book, acquiring, held)
-        if (lease_id := _take_slot(slots, book, queue, lease_seconds, result, events)) is not None
-    ]
+    slotted: list[tuple[QueueKey, WaitingTask, str]] = []
+    try:
+        for queue, task in choose(book, acquiring, held):
+            if (lease_id := _take_slot(slots, book, queue, lease_seconds, result, events)) is not None:
+                slotted.append((queue, task, lease_id))
+    except BaseException:
+        for *_, lease_id in slotted:  # no pick recorded: nobody may hold these slots
+            slots.release(lease_id)
+        raise
     message = say(MessageKey.PROVISIONING_STARTED)
 
     def claim(pick: tuple[QueueKey, WaitingTask, str]) -> int | Exception | None:
