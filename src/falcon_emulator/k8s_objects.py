@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from falcon_emulator.store import KubeError, ResourceType
-from falcon_emulator.util import JSON, random_suffix
+from falcon_emulator.util import JSON, RANDOM, random_suffix
 
 JOB_NAME = "batch.kubernetes.io/job-name"
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
@@ -124,7 +123,7 @@ def _service(rt: ResourceType, body: JSON) -> None:
     spec.setdefault("type", "ClusterIP")
     spec.setdefault("sessionAffinity", "None")
     if spec.get("clusterIP") != "None":
-        spec["clusterIP"] = f"10.96.{random.randint(0, 255)}.{random.randint(1, 254)}"
+        spec["clusterIP"] = f"10.96.{RANDOM.randint(0, 255)}.{RANDOM.randint(1, 254)}"
     spec["clusterIPs"] = [spec["clusterIP"]]
     for port in spec.get("ports", []):
         if "port" not in port:
