@@ -5,8 +5,8 @@ them; no other step touches them), so it keeps them in a ``QueueBook`` in memory
 re-reading every waiting row each tick. The book is loaded from the database at start. As a
 safety net it is checked every ``queue_refresh_seconds`` (the database's count of waiting tasks
 per queue against the book's: an aggregate over the progress table's index) and read again when
-they differ, and every
-``FULL_RELOAD_EVERY`` checks regardless (a drift that keeps the counts, one task for another).
+they differ, and every ``FULL_RELOAD_EVERY`` checks regardless (a drift that keeps the counts,
+one task for another).
 A reload of thousands of rows, and the slot checks after it, used to be every 30 s and was the
 tick's p99 at scale.
 

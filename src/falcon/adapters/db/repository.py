@@ -417,8 +417,7 @@ def _next_in_queue(session: Session, queue: QueueKey) -> tuple[str, int] | None:
     chosen = pick_next(heads, rows[0].last_actor if rows else None)
     if chosen is None:
         return None
-    attempts = {row.id: row.attempt or 0 for row in rows}
-    return chosen.task_id, attempts[chosen.task_id]
+    return chosen.task_id, next(row.attempt or 0 for row in rows if row.id == chosen.task_id)
 
 
 def mark_running(session: Session, task_id: str, message: str, now: datetime) -> bool:
@@ -840,18 +839,16 @@ def record_pick(session: Session, queue: QueueKey, actor: str, now: datetime) ->
     """The queue's last actor, for round robin, in one upsert. Picks of several queues are
     recorded at once: an UPDATE that finds no row takes a gap lock on MariaDB, and two queues'
     first picks, each then inserting into the other's gap, deadlocked."""
-    row = {"cluster_id": queue.cluster_id, "topology": queue.topology, "last_actor": actor, "updated_at": now}
     table = cast(sa.Table, QueueRotationRow.__table__)
+    pick = {"last_actor": actor, "updated_at": now}
+    row = {"cluster_id": queue.cluster_id, "topology": queue.topology, **pick}
     if session.get_bind().dialect.name == "sqlite":
-        lite = sqlite_insert(table).values(row)
         keys = [table.c.cluster_id, table.c.topology]
         session.execute(
-            lite.on_conflict_do_update(index_elements=keys, set_={"last_actor": actor, "updated_at": now})
+            sqlite_insert(table).values(row).on_conflict_do_update(index_elements=keys, set_=pick)
         )
     else:
-        session.execute(
-            mysql_insert(table).values(row).on_duplicate_key_update(last_actor=actor, updated_at=now)
-        )
+        session.execute(mysql_insert(table).values(row).on_duplicate_key_update(pick))
 
 
 # -- node pools ----------------------------------------------------------------------------------
