@@ -38,8 +38,9 @@ from falcon.services.context import Services
 from falcon.services.fan_out import fan_out_on
 from falcon.services.health import Verdict, liveness
 from falcon.services.intake import take_in
+from falcon.services.pick_records import PickRecords
 from falcon.services.ports import Clock
-from falcon.services.queueing import MessageWrite, Pick, QueueBook, schedule
+from falcon.services.queueing import MessageWrite, Pick, QueueBook, schedule, settle
 from falcon.services.reaper_beside import ReaperCallsBeside
 from falcon.services.running_book import RunningBook
 from falcon.services.warming import Warmer
@@ -202,14 +203,15 @@ class Dispatcher:
         services: Services,
         publish: Callable[[DispatcherView], None] | None = None,
         messages: MessagesBeside | None = None,
-        launches_beside: bool = False,
+        picks_beside: bool = False,
     ) -> None:
         """Every ``view_seconds`` (a reconcile round's last step) the dispatcher's view sets the
         state gauges and, if given, goes to ``publish``: the deployed dispatcher's table artifact.
         ``messages``: the waiting Messages are written beside the tick (else within it).
-        ``launches_beside``: the tick hands its picks' runs over to be started and recorded, and
-        does not wait (else it waits, as a test that looks at the runs after a tick needs)."""
-        self._launches_beside = launches_beside
+        ``picks_beside``: the tick hands its picks' records and their runs' starts over to
+        threads beside it and does not wait; the next tick collects what the records did (else
+        it waits, as a test that looks at a tick's picks and runs needs)."""
+        self._picks_beside = picks_beside
         self.services = services
         self._publish = publish
         self._messages = messages
@@ -219,9 +221,10 @@ class Dispatcher:
         # waiting for a tick under way (one taking thousands of rows in holds the book for seconds).
         self._waiting_counts: dict[QueueKey, int] = {}
         self._launches = ThreadPoolExecutor(max_workers=8, thread_name_prefix="launch")
+        self._launching: list[futures.Future[None]] = []  # the runs' starts a waiting tick waits for
         # The picks' records: threads of their own, so that no launch handed over delays them.
         self._claim_threads = ThreadPoolExecutor(max_workers=8, thread_name_prefix="claim")
-        self._claims = fan_out_on(self._claim_threads)
+        self._records = PickRecords(self._claim_threads, wait=not picks_beside)
         self._round_work = ThreadPoolExecutor(max_workers=ROUND_THREADS, thread_name_prefix="round")
         self._fan_out = fan_out_on(self._round_work)
         self._releases = WorkBeside(ROUND_THREADS, "release")
@@ -307,6 +310,8 @@ class Dispatcher:
         """Wait for launches, releases and the reaper's calls under way and the Messages handed
         over; the dispatcher is not used afterwards."""
         self._claim_threads.shutdown(wait=True)
+        with self._book_lock:  # the records' moves told
+            settle(self._records.done(), self.book, self.services.slots, self.services.events)
         self._launches.shutdown(wait=True)
         self._round_work.shutdown(wait=True)
         self._releases.close()
@@ -320,6 +325,8 @@ class Dispatcher:
         clock, report = svc.clock, TickReport()
         if self._messages is not None and self._messages.failed():
             self.book.loaded = False  # the Messages written are not the book's: read it again
+        # Collected before the snapshot, which then sees each of these picks recorded.
+        report.picked = [p.task_id for p in settle(self._records.done(), self.book, svc.slots, svc.events)]
         due = self._refresh.due(clock.monotonic(), force=not self.book.loaded)
         reload = due and (not self.book.loaded or self._checks_since_reload >= FULL_RELOAD_EVERY)
         snapshot = svc.store.snapshot(settings.intake_batch, with_book=reload, with_counts=due)
@@ -337,19 +344,21 @@ class Dispatcher:
             svc.store,
             self.book,
             svc.slots,
-            snapshot.acquiring_queues,
+            snapshot.acquiring_queues | self._records.queues(),
             svc.say,
             now,
             settings.slot_lease_seconds,
             svc.events,
             held=self._unreachable,
             write_messages=self._messages,
-            fan_out=self._claims,
+            records=self._records,
+            on_recorded=self._launch,
         )
-        report.picked = [p.task_id for p in result.picks]
+        report.picked += [p.task_id for p in result.picks]
         report.deferred = [queue.slot_name for queue in result.deferred]
         laps.lap("schedule")
-        self._launch(result.picks)
+        futures.wait(self._launching)  # none unless the tick waits for its picks
+        self._launching.clear()
         report.repaired = self._repair_leaks(result.slot_held)
         laps.lap("launch")
         return report
@@ -365,14 +374,15 @@ class Dispatcher:
                 logger.warning("event=waiting_rows_not_pending queues=%s", _queues_text(self.book.unbooked))
         elif snapshot.waiting_counts is not None:
             self._checks_since_reload += 1
-            drift = self.book.drift(snapshot.waiting_counts, {task.id for task, _ in snapshot.aborting})
+            leaving = {task.id for task, _ in snapshot.aborting}
+            drift = self.book.drift(snapshot.waiting_counts, leaving, self._records.queues())
             if drift:
                 moved = {q: f"{book}->{db}" for q, (book, db) in drift.items()}
                 logger.warning("event=queue_book_drift queues=%s", _queues_text(moved))
                 self.book.loaded = False
 
-    def _launch(self, picks: list[Pick]) -> None:
-        """Start the lifecycle runs in parallel: each start is a few API round trips."""
+    def _launch(self, pick: Pick) -> None:
+        """Start the pick's lifecycle run on a thread of its own (a few API round trips)."""
         svc = self.services
 
         def start(pick: Pick) -> None:
@@ -381,9 +391,9 @@ class Dispatcher:
 
         # A failed start leaves acquire_run_id empty; supervise_runs starts it again, as it does a
         # start handed over that has not recorded its run within LAUNCH_GRACE.
-        started = [self._launches.submit(contextvars.copy_context().run, _quietly, start, p) for p in picks]
-        if not self._launches_beside:
-            futures.wait(started)
+        started = self._launches.submit(contextvars.copy_context().run, _quietly, start, pick)
+        if not self._picks_beside:
+            self._launching.append(started)
 
     def _repair_leaks(self, held: list[QueueKey]) -> list[str]:
         now = self.services.clock.monotonic()

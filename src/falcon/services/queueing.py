@@ -12,7 +12,8 @@ tick's p99 at scale.
 
 One pass runs in kueue's order: the snapshot is already read (and its transaction over); the
 picks are decided purely; then each pick's slot is taken, and only then is the pick recorded,
-in a short write of its own. No transaction is open while Prefect is called.
+in a short write of its own, which the deployed dispatcher leaves to threads beside the tick
+(``PickRecords``). No transaction is open while Prefect is called.
 
 Two dispatchers may run at once (a rollout overlap, a second ``falcon local`` on one database).
 The book then only proposes: the store records a pick only if the task still waits and is the
@@ -22,10 +23,12 @@ pick frees the slot and makes the book reload, so every task is picked once and 
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 
 from falcon.domain.errors import TemporaryError
 from falcon.domain.events import Stage, TaskMove
@@ -33,8 +36,10 @@ from falcon.domain.lifecycle import WaitingRow
 from falcon.domain.messages import MessageKey, Messages
 from falcon.domain.model import QueueKey
 from falcon.domain.scheduling import WaitingTask, pick_next, waiting_messages
-from falcon.services.fan_out import FanOut
+from falcon.services.pick_records import Answer, PickRecords, Slotted
 from falcon.services.ports import Slots, TaskEvents, TaskStore
+
+logger = logging.getLogger(__name__)
 
 # Writes waiting tasks' Messages (task id -> text), as TaskStore.set_waiting_messages does.
 MessageWrite = Callable[[Mapping[str, str], datetime], object]
@@ -104,11 +109,15 @@ class QueueBook:
     def counts(self) -> dict[QueueKey, int]:
         return {queue: len(tasks) for queue, tasks in self.waiting.items() if tasks}
 
-    def drift(self, counted: Mapping[QueueKey, int], leaving: Set[str]) -> dict[QueueKey, tuple[int, int]]:
+    def drift(
+        self, counted: Mapping[QueueKey, int], leaving: Set[str], unsettled: Set[QueueKey] = frozenset()
+    ) -> dict[QueueKey, tuple[int, int]]:
         """Queues whose waiting tasks in the database (``counted``) are not the book's, as
         (book, database). ``leaving``: tasks the database no longer counts as waiting but the
         book may still hold, as the tick that read the counts has yet to remove them (aborts).
-        The rows the book could not hold at its last load (``unbooked``) are not a drift."""
+        The rows the book could not hold at its last load (``unbooked``) are not a drift. Queues
+        in ``unsettled`` are left to the next check: their pick's record is under way, and the
+        database counts its task until the record commits, the book no longer."""
         mine = Counter(
             queue for queue, tasks in self.waiting.items() for t in tasks if t.task_id not in leaving
         )
@@ -117,7 +126,7 @@ class QueueBook:
         return {
             queue: (mine[queue], theirs[queue])
             for queue in mine.keys() | theirs.keys()
-            if mine[queue] != theirs[queue]
+            if mine[queue] != theirs[queue] and queue not in unsettled
         }
 
 
@@ -154,62 +163,79 @@ def schedule(
     events: TaskEvents,
     held: Mapping[str, str] | None = None,
     write_messages: MessageWrite | None = None,
-    fan_out: FanOut = map,
+    records: PickRecords | None = None,
+    on_recorded: Callable[[Pick], None] | None = None,
 ) -> ScheduleResult:
     """Pick and claim the next task of every free queue, then rewrite the Messages that changed.
     ``held`` maps the clusters that cannot be reached to the Message their waiting tasks show;
     ``events`` is told of each pick recorded, and of each left to the next tick because the slot
     service answered busy or not at all. ``write_messages`` writes the Messages (the store's
     ``set_waiting_messages`` unless given: the deployed dispatcher writes them beside the tick).
-    The slots are taken one queue after another; the picks are then recorded through ``fan_out``,
-    at once across queues in the dispatcher: each is a short transaction of its own, and at
-    10 000 waiting tasks on a busy database one took 30-40 ms, so a tick of three picks waited
-    for three of them in a row.
+
+    The slots are taken one queue after another; the picks are then recorded through
+    ``records`` (one after another on this thread unless given), and ``on_recorded`` (which must
+    not raise) is called on the recording thread with each pick the database took. The book
+    moves on at once: the picked tasks leave it and its Messages are rewritten whether or not
+    the records are done. ``result.picks`` are the picks whose record is over (``settle``),
+    those of earlier calls' records among them.
 
     New tasks get their position before any slot is asked for: a slot is a Prefect API call,
     which a busy Prefect server can make last seconds, and the rows inserted meanwhile must not
     wait for it. A queue whose task is picked then has its positions written again."""
     write = write_messages or store.set_waiting_messages
     result = ScheduleResult(messages_written=_refresh_messages(write, book, say, now, held or {}))
-    slotted: list[tuple[QueueKey, WaitingTask, str]] = []
+    slotted: list[Slotted] = []
     try:
         for queue, task in choose(book, acquiring, held):
             if (lease_id := _take_slot(slots, book, queue, lease_seconds, result, events)) is not None:
-                slotted.append((queue, task, lease_id))
+                slotted.append(Slotted(queue, task, lease_id, now))
     except BaseException:
-        for *_, lease_id in slotted:  # no pick recorded: nobody may hold these slots
-            slots.release(lease_id)
+        for pick in slotted:  # no pick recorded: nobody may hold these slots
+            slots.release(pick.lease_id)
         raise
-    message = say(MessageKey.PROVISIONING_STARTED)
-
-    def claim(pick: tuple[QueueKey, WaitingTask, str]) -> int | Exception | None:
-        queue, task, lease_id = pick
-        try:
-            return store.start_acquiring(task.task_id, queue, task.actor, lease_id, message, now)
-        except Exception as exc:  # answered with the others, so that each claimed pick is kept
-            return exc
-
-    failure: Exception | None = None
-    for (queue, task, lease_id), attempt in zip(slotted, fan_out(claim, slotted), strict=True):
-        if isinstance(attempt, Exception) or attempt is None:
-            slots.release(lease_id)  # the pick was not recorded: nobody may hold its slot
-        if isinstance(attempt, Exception):
-            failure = failure or attempt
-        elif attempt is None:
-            # Aborted since the snapshot, picked already, or not next by the database's own
-            # waiting tasks: another dispatcher was at work, the book is stale; read it again.
-            book.loaded = False
-        else:
-            result.picks.append(Pick(task.task_id, queue, lease_id, attempt))
-            book.last_actor[queue] = task.actor
-            events.moved(
-                TaskMove(task.task_id, queue, Stage.WAITING, Stage.ACQUIRING, now, task.submitted_at)
-            )
-    if failure is not None:
-        raise failure
-    book.remove([p.task_id for p in result.picks], [p.queue for p in result.picks])
+    for pick in slotted:
+        book.remove([pick.task.task_id], [pick.queue])
+        book.last_actor[pick.queue] = pick.task.actor
+    records = records or PickRecords()
+    records.hand_over(slotted, partial(_record, store, say(MessageKey.PROVISIONING_STARTED), on_recorded))
+    result.picks = settle(records.done(), book, slots, events)
     result.messages_written += _refresh_messages(write, book, say, now, held or {})
     return result
+
+
+def settle(
+    done: Iterable[tuple[Slotted, Answer]], book: QueueBook, slots: Slots, events: TaskEvents
+) -> list[Pick]:
+    """What the picks' records did. A pick the database took is its queue's acquiring task (its
+    move told to ``events``). One it refused (aborted since the snapshot, picked already, or not
+    next by the database's own waiting tasks: another dispatcher was at work) or whose record
+    failed gives its slot back, for nobody may hold it, and the book, stale, is read again."""
+    picks = []
+    for pick, answer in done:
+        queue, task = pick.queue, pick.task
+        if isinstance(answer, int):
+            picks.append(Pick(task.task_id, queue, pick.lease_id, answer))
+            book.remove([task.task_id], [queue])  # read again while the record was under way
+            book.last_actor[queue] = task.actor
+            events.moved(
+                TaskMove(task.task_id, queue, Stage.WAITING, Stage.ACQUIRING, pick.at, task.submitted_at)
+            )
+            continue
+        slots.release(pick.lease_id)
+        book.loaded = False
+        if answer is not None:
+            logger.error("event=pick_record_failed task_id=%s", task.task_id, exc_info=answer)
+    return picks
+
+
+def _record(
+    store: TaskStore, message: str, on_recorded: Callable[[Pick], None] | None, pick: Slotted
+) -> int | None:
+    task = pick.task
+    attempt = store.start_acquiring(task.task_id, pick.queue, task.actor, pick.lease_id, message, pick.at)
+    if attempt is not None and on_recorded is not None:
+        on_recorded(Pick(task.task_id, pick.queue, pick.lease_id, attempt))
+    return attempt
 
 
 def _take_slot(
