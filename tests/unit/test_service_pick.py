@@ -19,11 +19,11 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 
 import pytest
-from tests.unit.fakes import events_of, k8s_of, rounds_until, spec_for
+from tests.unit.fakes import events_of, k8s_of, rounds_until, running, spec_for
 
 from falcon.domain.errors import TemporaryError
-from falcon.domain.lifecycle import Phase
-from falcon.domain.model import QueueKey
+from falcon.domain.lifecycle import Phase, PoolState
+from falcon.domain.model import QueueKey, k8s_job_name_for, node_pool_name_for
 from falcon.domain.scheduling import WaitingTask
 from falcon.domain.status import Reason, Status
 from falcon.services.context import Services
@@ -285,6 +285,38 @@ def test_a_pick_refused_beside_the_tick_gives_its_slot_back_and_the_book_is_read
     assert svc.store.task("a").status is Status.ABORTED
     dispatcher.close()
     assert svc.launcher.acquires == []
+
+
+def test_a_pick_whose_record_is_under_way_is_its_queues_taker_for_the_reaper(svc: Services) -> None:
+    """The round's reaper keeps a queue's idle pool while a task of the queue will take it. A pick
+    whose record is under way has left the book but is not yet acquiring in the database: it
+    still counts, or the pool it is about to take could be deleted under it."""
+    running(svc, "t1")
+    for lease in list(svc.slots.leases):  # as t1's run did once it ran
+        svc.slots.release(lease)
+    k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
+    dispatcher = Dispatcher(svc, picks_beside=True)
+    recorded = threading.Event()
+    record = svc.store.start_acquiring
+
+    def slow_record(*args, **kwargs):  # type: ignore[no-untyped-def]
+        assert recorded.wait(5)
+        return record(*args, **kwargs)
+
+    try:
+        rounds_until(dispatcher, lambda r: bool(r.released))  # t1 done, its pool the queue's spare
+        pool = node_pool_name_for("t1", "2x2")
+        assert svc.store.pool("c1", pool).state is PoolState.IDLE
+        svc.clock.advance(600)  # past the spare's horizon (a replacement: 300 s), not a taker's
+        svc.store.start_acquiring = slow_record  # type: ignore[method-assign]
+        submit(svc, "a")
+        assert dispatcher.tick().picked == []  # recorded beside
+        assert svc.store.progress["a"].phase is Phase.WAITING  # its record waits
+        assert dispatcher.reconcile().reaped == []
+        assert svc.store.pool("c1", pool).state is PoolState.IDLE
+    finally:
+        recorded.set()
+        dispatcher.close()
 
 
 def until(done: Callable[[], bool]) -> None:

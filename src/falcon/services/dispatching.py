@@ -303,7 +303,9 @@ class Dispatcher:
             except BaseException:
                 self.book.loaded = False  # a write failed half-way: trust only the database now
                 raise
-            self._waiting_counts = self.book.counts()
+            # A pick whose record is under way is still a taker for its queue's pools: the
+            # database does not count it among the acquiring ones until the record commits.
+            self._waiting_counts = dict(Counter(self.book.counts()) + Counter(self._records.queues()))
             return report
 
     def close(self) -> None:
