@@ -6,6 +6,7 @@ its quirks: root authenticates over the unix socket only). Each test gets a fres
 
 from __future__ import annotations
 
+import random
 import sys
 import uuid
 from collections.abc import Iterator
@@ -57,6 +58,31 @@ def prefect_api() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+# Libraries whose background threads draw from the global `random`: a websocket's keepalive ping
+# payload (Prefect's events client keeps its websocket open, pinging, for the rest of a worker's
+# session once a test ran a flow) and Prefect's retry jitter. Hypothesis checks that the global
+# generator does not move while it draws an example, and warns (HypothesisDeprecationWarning)
+# when such a ping lands in a draw of a later test in the same worker.
+_DRAW_IN_THE_BACKGROUND = (
+    "websockets.asyncio.connection",
+    "websockets.client",
+    "websockets.legacy.client",
+    "websockets.legacy.protocol",
+    "websockets.sync.connection",
+    "prefect.utilities.math",
+    "prefect._internal._observation_delivery",
+)
+
+
+@pytest.fixture(autouse=True)
+def _background_threads_draw_their_own_random() -> None:
+    """Gives each of those modules, once a test imported it, a generator of its own."""
+    for name in _DRAW_IN_THE_BACKGROUND:
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "random", None) is random:
+            module.random = random.Random()  # type: ignore[attr-defined]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
