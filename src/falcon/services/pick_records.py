@@ -48,10 +48,10 @@ class PickRecords:
         handed = []
         for pick in picks:
             assert pick.queue not in self._under_way, "a queue's pick is recorded once at a time"
-            run = contextvars.copy_context().run
-            answer = (
-                self._threads.submit(run, _answer, record, pick) if self._threads else _done(record, pick)
-            )
+            if self._threads is None:
+                answer = _done(record, pick)
+            else:
+                answer = self._threads.submit(contextvars.copy_context().run, _answer, record, pick)
             self._under_way[pick.queue] = (pick, answer)
             handed.append(answer)
         if self._wait:
