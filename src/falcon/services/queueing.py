@@ -106,6 +106,11 @@ class QueueBook:
         for task_id in gone:
             self.written.pop(task_id, None)
 
+    def picked(self, queue: QueueKey, task: WaitingTask) -> None:
+        """The task leaves the book to acquire; its actor is the queue's last, for round robin."""
+        self.remove([task.task_id], [queue])
+        self.last_actor[queue] = task.actor
+
     def counts(self) -> dict[QueueKey, int]:
         return {queue: len(tasks) for queue, tasks in self.waiting.items() if tasks}
 
@@ -194,8 +199,7 @@ def schedule(
             slots.release(pick.lease_id)
         raise
     for pick in slotted:
-        book.remove([pick.task.task_id], [pick.queue])
-        book.last_actor[pick.queue] = pick.task.actor
+        book.picked(pick.queue, pick.task)
     records = records or PickRecords()
     records.hand_over(slotted, partial(_record, store, say(MessageKey.PROVISIONING_STARTED), on_recorded))
     result.picks = settle(records.done(), book, slots, events)
@@ -214,9 +218,8 @@ def settle(
     for pick, answer in done:
         queue, task = pick.queue, pick.task
         if isinstance(answer, int):
-            picks.append(Pick(task.task_id, queue, pick.lease_id, answer))
-            book.remove([task.task_id], [queue])  # read again while the record was under way
-            book.last_actor[queue] = task.actor
+            picks.append(_recorded(pick, answer))
+            book.picked(queue, task)  # again: the book may have been read while the record was under way
             events.moved(
                 TaskMove(task.task_id, queue, Stage.WAITING, Stage.ACQUIRING, pick.at, task.submitted_at)
             )
@@ -234,8 +237,12 @@ def _record(
     task = pick.task
     attempt = store.start_acquiring(task.task_id, pick.queue, task.actor, pick.lease_id, message, pick.at)
     if attempt is not None and on_recorded is not None:
-        on_recorded(Pick(task.task_id, pick.queue, pick.lease_id, attempt))
+        on_recorded(_recorded(pick, attempt))
     return attempt
+
+
+def _recorded(pick: Slotted, attempt: int) -> Pick:
+    return Pick(pick.task.task_id, pick.queue, pick.lease_id, attempt)
 
 
 def _take_slot(
