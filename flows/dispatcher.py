@@ -66,7 +66,7 @@ def dispatcher(run_seconds: float | None = None, tick_seconds: float | None = No
         settings = svc.settings
         log = get_run_logger()
         messages = MessagesBeside(partial(timed_write, svc.store.set_waiting_messages), log)
-        work = Dispatcher(svc, publish=ViewArtifact(), messages=messages, picks_beside=True)
+        work = Dispatcher(svc, publish=ViewArtifact(), messages=messages, beside=True)
         # Every loop: the same clock and log, and full collections only when none is in a turn.
         loop = partial(
             DispatcherLoop,

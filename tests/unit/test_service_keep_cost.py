@@ -3,17 +3,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 from datetime import timedelta
+from functools import partial
 
-from tests.unit.fakes import MemoryTaskStore, arrivals, clusters_of, k8s_of, queued, running
+from tests.unit.fakes import MemoryTaskStore, arrivals, clusters_of, k8s_of, queued, rounds_until, running
 
 from falcon.domain.lifecycle import NodePool, PoolState
 from falcon.domain.model import ProvisioningMode, QueueKey, k8s_job_name_for, node_pool_name_for
-from falcon.domain.pool_economics import DeleteEachPolicy
+from falcon.domain.pool_economics import DeleteEachPolicy, QueueObservations
 from falcon.services import reconcile
 from falcon.services.context import Services
-from falcon.services.release import keep_horizon, release
+from falcon.services.dispatching import Dispatcher
+from falcon.services.release import keep_horizon, observed, release
 
 QUEUE = QueueKey("c1", "2x2")
 POOL = node_pool_name_for("t1", "2x2")
@@ -176,3 +179,38 @@ def test_a_pool_its_takers_are_about_to_take_is_kept_unpriced_for_two_polls(svc:
     svc.clock.advance(0.1 * poll)  # type: ignore[attr-defined]
     assert reconcile.reap_idle_pools(reaper, clusters_of(svc), waiting, priced=priced) == [POOL]
     assert _observations_read(svc) == before + 1
+
+
+def test_a_pool_whose_queue_has_no_observations_yet_is_kept_and_priced_once_they_come(svc: Services) -> None:
+    """The deployed dispatcher reads the queues' history beside its round: a round whose
+    ``observe`` has no answer for the pool's queue yet keeps the pool unpriced, whatever its idle
+    time, and a later round prices it from the answer."""
+    _finish(svc)
+    reaper = replace(svc, keep_policy=DeleteEachPolicy())  # reaped as soon as priced
+    answers: dict[QueueKey, QueueObservations] = {}
+    asked: list[set[QueueKey]] = []
+
+    def observe(queues: Collection[QueueKey]) -> dict[QueueKey, QueueObservations]:
+        asked.append(set(queues))
+        return {q: answers[q] for q in queues if q in answers}
+
+    priced = reconcile.PricedSpells()
+    svc.clock.advance(3600)  # type: ignore[attr-defined]
+    reap = partial(reconcile.reap_idle_pools, reaper, clusters_of(svc), {}, priced=priced, observe=observe)
+    assert reap() == [] and priced == {}
+    assert svc.store.pool("c1", POOL).state is PoolState.IDLE
+    answers.update(observed(svc, [QUEUE]))
+    assert reap() == [POOL]
+    assert asked == [{QUEUE}, {QUEUE}]
+
+
+def test_the_deployed_round_prices_an_idle_pool_once_its_queues_history_is_read_beside(svc: Services) -> None:
+    _finish(svc)
+    svc.clock.advance(3600)  # type: ignore[attr-defined]
+    reaper = replace(svc, keep_policy=DeleteEachPolicy())  # reaped as soon as priced
+    dispatcher = Dispatcher(reaper, beside=True)
+    try:
+        assert dispatcher.reconcile().reaped == [], "kept while its queue's history is read"
+        assert rounds_until(dispatcher, lambda report: report.reaped == [POOL])
+    finally:
+        dispatcher.close()

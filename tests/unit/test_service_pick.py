@@ -225,7 +225,7 @@ def test_the_deployed_tick_hands_its_picks_over_and_collects_them_at_its_next_tu
     about 100 ms in the full-size benchmark's slowest ticks): the deployed tick leaves them to
     threads beside it. Until its record is collected the queue counts as acquiring, so nothing
     else of it is picked, and the database's count of its waiting tasks is no drift."""
-    dispatcher = Dispatcher(svc, picks_beside=True)
+    dispatcher = Dispatcher(svc, beside=True)
     submit(svc, "a")
     submit(svc, "b")
     recorded, started = threading.Event(), threading.Event()
@@ -263,7 +263,7 @@ def test_the_deployed_tick_hands_its_picks_over_and_collects_them_at_its_next_tu
 def test_a_pick_refused_beside_the_tick_gives_its_slot_back_and_the_book_is_read_again(
     svc: Services,
 ) -> None:
-    dispatcher = Dispatcher(svc, picks_beside=True)
+    dispatcher = Dispatcher(svc, beside=True)
     submit(svc, "a")
     record = svc.store.start_acquiring
 
@@ -295,7 +295,7 @@ def test_a_pick_whose_record_is_under_way_is_its_queues_taker_for_the_reaper(svc
     for lease in list(svc.slots.leases):  # as t1's run did once it ran
         svc.slots.release(lease)
     k8s_of(svc).job(k8s_job_name_for("t1")).script.complete = True
-    dispatcher = Dispatcher(svc, picks_beside=True)
+    dispatcher = Dispatcher(svc, beside=True)
     recorded = threading.Event()
     record = svc.store.start_acquiring
 

@@ -38,10 +38,12 @@ from falcon.services.context import Services
 from falcon.services.fan_out import fan_out_on
 from falcon.services.health import Verdict, liveness
 from falcon.services.intake import take_in
+from falcon.services.observations_beside import ObservationsBeside
 from falcon.services.pick_records import PickRecords
 from falcon.services.ports import Clock
 from falcon.services.queueing import MessageWrite, Pick, QueueBook, schedule, settle
 from falcon.services.reaper_beside import ReaperCallsBeside
+from falcon.services.release import observed
 from falcon.services.running_book import RunningBook
 from falcon.services.warming import Warmer
 from falcon.services.work_beside import WorkBeside
@@ -203,15 +205,16 @@ class Dispatcher:
         services: Services,
         publish: Callable[[DispatcherView], None] | None = None,
         messages: MessagesBeside | None = None,
-        picks_beside: bool = False,
+        beside: bool = False,
     ) -> None:
         """Every ``view_seconds`` (a reconcile round's last step) the dispatcher's view sets the
         state gauges and, if given, goes to ``publish``: the deployed dispatcher's table artifact.
         ``messages``: the waiting Messages are written beside the tick (else within it).
-        ``picks_beside``: the tick hands its picks' records and their runs' starts over to
-        threads beside it and does not wait; the next tick collects what the records did (else
-        it waits, as a test that looks at a tick's picks and runs needs)."""
-        self._picks_beside = picks_beside
+        ``beside``: the turns hand the work that needs no answer within them over to threads
+        beside them and do not wait: the tick its picks' records and their runs' starts (the
+        next tick collects what the records did), the round its reads of the queues' history for
+        the reaper's pricing. Else they wait, as a test that looks at a turn's outcome needs."""
+        self._beside = beside
         self.services = services
         self._publish = publish
         self._messages = messages
@@ -224,12 +227,14 @@ class Dispatcher:
         self._launching: list[futures.Future[None]] = []  # the runs' starts a waiting tick waits for
         # The picks' records: threads of their own, so that no launch handed over delays them.
         self._claim_threads = ThreadPoolExecutor(max_workers=8, thread_name_prefix="claim")
-        self._records = PickRecords(self._claim_threads, wait=not picks_beside)
+        self._records = PickRecords(self._claim_threads, wait=not beside)
         self._round_work = ThreadPoolExecutor(max_workers=ROUND_THREADS, thread_name_prefix="round")
         self._fan_out = fan_out_on(self._round_work)
         self._releases = WorkBeside(ROUND_THREADS, "release")
         self._starts = WorkBeside(ROUND_THREADS, "run_start")
         self._reaper_calls = ReaperCallsBeside(ROUND_THREADS)
+        read = partial(observed, services)
+        self._observations = ObservationsBeside(read, services.clock.monotonic) if beside else None
         settings = services.settings
         self._refresh = Every(settings.queue_refresh_seconds)
         self._checks_since_reload = 0
@@ -319,6 +324,8 @@ class Dispatcher:
         self._releases.close()
         self._starts.close()
         self._reaper_calls.close()
+        if self._observations is not None:
+            self._observations.close()
         if self._messages is not None:
             self._messages.close()
 
@@ -394,7 +401,7 @@ class Dispatcher:
         # A failed start leaves acquire_run_id empty; supervise_runs starts it again, as it does a
         # start handed over that has not recorded its run within LAUNCH_GRACE.
         started = self._launches.submit(contextvars.copy_context().run, _quietly, start, pick)
-        if not self._picks_beside:
+        if not self._beside:
             self._launching.append(started)
 
     def _repair_leaks(self, held: list[QueueKey]) -> list[str]:
@@ -447,6 +454,7 @@ class Dispatcher:
             self._priced,
             self._confirmed,
             self._reaper_calls.hand_over,
+            self._observations,
         )
         laps.lap("reap")
         self._next_fire = next_change(rules, now)

@@ -40,6 +40,7 @@ from falcon.domain.workloads import JobState, events_may_decide
 from falcon.services.acquisition import cannot_start
 from falcon.services.context import Services, stage_of, tell_moved
 from falcon.services.fan_out import FanOut
+from falcon.services.observations_beside import Observe
 from falcon.services.pool_deletion import ask_delete
 from falcon.services.ports import ClusterJobs
 from falcon.services.reaper_beside import Calls, one_cluster_after_another
@@ -389,6 +390,7 @@ def reap_idle_pools(
     priced: PricedSpells | None = None,
     confirmed: ConfirmedAt | None = None,
     make_calls: Callable[[Calls], None] = one_cluster_after_another,
+    observe: Observe | None = None,
 ) -> list[str]:
     """Delete idle pools kept longer than the keeping policy finds them worth for their queue
     (design §5: never kept forever), but never below a queue's tidal ``warm`` target; confirm
@@ -401,11 +403,14 @@ def reap_idle_pools(
     The GKE calls (asking for the deletions, confirming them), each cluster's to be made in turn,
     go to ``make_calls``: the dispatcher makes them beside its round (``ReaperCallsBeside``),
     the clusters' at once; each is a round trip, and waits for its own cluster's lock
-    (``ask_delete``), never another's."""
+    (``ask_delete``), never another's. ``observe``: the queues' observations the pools are priced
+    from (read now by default); the dispatcher reads them beside its round (``ObservationsBeside``),
+    and a pool whose queue it has no answer for yet is kept this round."""
     now = services.clock.now()
     if pools is None:
         pools = services.store.pools_in([PoolState.IDLE, PoolState.DELETING])
-    idle = _priced(services, [p for p in pools if p.state is PoolState.IDLE], now, priced, waiting)
+    idle_pools = [p for p in pools if p.state is PoolState.IDLE]
+    idle = _priced(services, idle_pools, now, priced, waiting, observe or partial(observed, services))
     calls: dict[str, list[Callable[[], None]]] = {}
     reaped = []
     for pool in expired_idle_pools(idle, waiting, now, warm):
@@ -444,6 +449,7 @@ def _priced(
     now: datetime,
     priced: PricedSpells | None,
     takers: Mapping[QueueKey, int],
+    observe: Observe,
 ) -> list[IdlePool]:
     """The idle pools with how long their queue's history makes them worth keeping, priced once
     per idle spell: while a pool is idle no task of its queue arrives without taking it, so what
@@ -455,21 +461,22 @@ def _priced(
     next pick) is priced only if it is still idle after ``TAKEN_WITHIN_POLLS`` polls, and kept
     until then: with takers its price only bounds how long they may leave it idle (ten
     replacements, ``KeepPolicy.hold_for_waiters``), and at scale such pools, each taken within a
-    second, were most of the rounds' pricing reads (about 20 ms a round at 1 000 running tasks)."""
+    second, were most of the rounds' pricing reads (about 20 ms a round at 1 000 running tasks).
+    A pool whose queue ``observe`` has no observations for yet is kept unpriced as well."""
     known = priced if priced is not None else {}
     soon = timedelta(seconds=TAKEN_WITHIN_POLLS * services.settings.poll_seconds)
-    now_priced: list[NodePool] = []
-    later: list[NodePool] = []
-    for p in idle_pools:
-        about_to_be_taken = takers.get(p.queue) and now - (p.idle_since or now) < soon
-        (later if _spell(p) not in known and about_to_be_taken else now_priced).append(p)
-    new = [p for p in now_priced if _spell(p) not in known]
-    seen = observed(services, {p.queue for p in new}) if new else {}
-    current = {_spell(p): known.get(_spell(p)) or _idle(services, p, now, seen) for p in now_priced}
+    to_price = [
+        p
+        for p in idle_pools
+        if _spell(p) not in known and not (takers.get(p.queue) and now - (p.idle_since or now) < soon)
+    ]
+    seen = observe({p.queue for p in to_price}) if to_price else {}
+    current = {spell: known[spell] for p in idle_pools if (spell := _spell(p)) in known}
+    current |= {_spell(p): _idle(services, p, now, seen) for p in to_price if p.queue in seen}
     if priced is not None:
         priced.clear()
         priced.update(current)
-    return [*current.values(), *(_kept_unpriced(p, now) for p in later)]
+    return [current.get(_spell(p)) or _kept_unpriced(p, now) for p in idle_pools]
 
 
 def _kept_unpriced(pool: NodePool, now: datetime) -> IdlePool:
