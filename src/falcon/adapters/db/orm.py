@@ -174,8 +174,21 @@ class NodePoolRow(Base):
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 
+    # Every pool keeps its row, so the table only grows: each read made all the time finds its
+    # rows on an index (benchmarks/bench_pool_history.py).
     __table_args__ = (
         sa.Index("ix_falcon_node_pools__cluster_id__topology__state", "cluster_id", "topology", "state"),
+        sa.Index("ix_falcon_node_pools__state__cluster_id", "state", "cluster_id"),  # the live pools
+        # A task's pool. The cluster, which its reads name too, makes SQLite choose this index
+        # over the primary key's cluster prefix (it keeps no statistics unless asked).
+        sa.Index("ix_falcon_node_pools__holder_task_id__cluster_id", "holder_task_id", "cluster_id"),
+        # A queue's newest creations and deletions, which the keeping policy learns from.
+        sa.Index(
+            "ix_falcon_node_pools__cluster_id__topology__ready_at", "cluster_id", "topology", "ready_at"
+        ),
+        sa.Index(
+            "ix_falcon_node_pools__cluster_id__topology__deleted_at", "cluster_id", "topology", "deleted_at"
+        ),
     )
 
 
