@@ -5,7 +5,8 @@ and the creation and deletion times the keeping policy learns from), so the tabl
 about 1 100 rows after one full-size scale run, tens of thousands a month in production. The
 reads made all the time must not grow with it. This fills a throwaway MariaDB (or a SQLite file)
 with ``--history`` deleted pools over 20 queues, plus what is live: an idle pool and an
-acquiring task in each queue, half of those tasks holding a pool in use. Then it times, per
+acquiring task in each queue, half of those tasks holding a pool in use, and ``--running``
+pools in use by running tasks, as at the scale benchmark's full size. Then it times, per
 history size:
 
   pools_in            the idle, creating and deleting pools (every reconcile round)
@@ -15,7 +16,7 @@ history size:
   observations        the 20 queues' history the reaper prices idle pools from
 
 Run:  .venv/bin/python benchmarks/bench_pool_history.py [--db mariadb|sqlite]
-      [--history 1000,10000,100000] [--repeat 30]   (about 2 min on MariaDB)
+      [--history 1000,10000,100000] [--running 1000] [--repeat 30]   (about 20 s)
 """
 
 from __future__ import annotations
@@ -72,9 +73,14 @@ def _pool(n: int, queue: QueueKey, state: PoolState, at: datetime, **values: Any
     }  # fmt: skip
 
 
-def fill_live(url: str, now: datetime) -> None:
-    """An idle pool and an acquiring task per queue; the even-numbered tasks hold a pool in use."""
+def fill_live(url: str, now: datetime, running: int) -> None:
+    """An idle pool and an acquiring task per queue, the even-numbered tasks holding a pool in
+    use, and ``running`` pools in use by running tasks."""
     pools, tasks = [], []
+    for n in range(running):
+        pools.append(
+            _pool(1_000 + n, QUEUES[n % len(QUEUES)], PoolState.IN_USE, now, holder_task_id=f"run-{n}")
+        )
     for i, q in enumerate(QUEUES):
         pools.append(_pool(i, q, PoolState.IDLE, now, idle_since=now))
         if i % 2 == 0:
@@ -95,7 +101,7 @@ def fill_history(url: str, start: int, end: int, now: datetime) -> None:
         for n in range(first, min(end, first + BATCH)):
             gone = now - timedelta(minutes=n)
             rows.append(
-                _pool(1_000 + n, QUEUES[n % len(QUEUES)], PoolState.DELETED, gone, deleting_at=gone,
+                _pool(10_000_000 + n, QUEUES[n % len(QUEUES)], PoolState.DELETED, gone, deleting_at=gone,
                       deleted_at=gone + timedelta(seconds=90))
             )  # fmt: skip
         with session_scope(url) as s:
@@ -137,14 +143,15 @@ def main() -> None:
     )
     parser.add_argument("--db", choices=["mariadb", "sqlite"], default="mariadb")
     parser.add_argument("--history", default="1000,10000,100000")
+    parser.add_argument("--running", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args()
     sizes = sorted(int(n) for n in args.history.split(","))
     now = utc_now()
     with database(args.db) as url:
         upgrade(url)
-        fill_live(url, now)
-        print(f"{args.db}; ms per read, median / p90 of {args.repeat}")
+        fill_live(url, now, args.running)
+        print(f"{args.db}, {args.running} pools in use; ms per read, median / p90 of {args.repeat}")
         print(f"{'history':>8}  " + "  ".join(f"{name:>19}" for name in READS))
         filled = 0
         for size in sizes:

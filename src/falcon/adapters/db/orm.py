@@ -179,9 +179,11 @@ class NodePoolRow(Base):
     __table_args__ = (
         sa.Index("ix_falcon_node_pools__cluster_id__topology__state", "cluster_id", "topology", "state"),
         sa.Index("ix_falcon_node_pools__state__cluster_id", "state", "cluster_id"),  # the live pools
-        # A task's pool. The cluster, which its reads name too, makes SQLite choose this index
-        # over the primary key's cluster prefix (it keeps no statistics unless asked).
-        sa.Index("ix_falcon_node_pools__holder_task_id__cluster_id", "holder_task_id", "cluster_id"),
+        # A task's pool. The state and cluster, which its reads name too, make SQLite (no
+        # statistics unless asked) choose it over the state's index or the primary key's prefix.
+        sa.Index(
+            "ix_falcon_node_pools__holder_task_id__state__cluster_id", "holder_task_id", "state", "cluster_id"
+        ),
         # A queue's newest creations and deletions, which the keeping policy learns from.
         sa.Index(
             "ix_falcon_node_pools__cluster_id__topology__ready_at", "cluster_id", "topology", "ready_at"
@@ -271,4 +273,7 @@ class TaskProgressRow(Base):
             "topology",
             "running_at",
         ),
+        # The tasks that reached Running since the round's last read: found among the few new
+        # ones, not by looking up every running row.
+        sa.Index("ix_falcon_task_progress__phase__running_at", "phase", "running_at"),
     )

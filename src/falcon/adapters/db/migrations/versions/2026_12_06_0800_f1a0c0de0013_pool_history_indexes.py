@@ -18,7 +18,7 @@ depends_on = None
 
 INDEXES = {
     "ix_falcon_node_pools__state__cluster_id": ["state", "cluster_id"],
-    "ix_falcon_node_pools__holder_task_id__cluster_id": ["holder_task_id", "cluster_id"],
+    "ix_falcon_node_pools__holder_task_id__state__cluster_id": ["holder_task_id", "state", "cluster_id"],
     "ix_falcon_node_pools__cluster_id__topology__ready_at": ["cluster_id", "topology", "ready_at"],
     "ix_falcon_node_pools__cluster_id__topology__deleted_at": ["cluster_id", "topology", "deleted_at"],
 }
