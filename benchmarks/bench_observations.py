@@ -15,19 +15,14 @@ Run:  .venv/bin/python benchmarks/bench_observations.py [--db mariadb|sqlite] [-
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import tempfile
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "benchmarks")]  # mysql_server.py
+sys.path[:0] = [str(ROOT / "benchmarks")]  # read_timing.py
 
-from mysql_server import mariadb  # noqa: E402
+from read_timing import database, timed  # noqa: E402
 
 from falcon.adapters.clock import utc_now  # noqa: E402
 from falcon.adapters.db import repository as repo  # noqa: E402
@@ -38,16 +33,6 @@ from falcon.domain.model import QueueKey  # noqa: E402
 from falcon.services.release import OBSERVED_CREATIONS, OBSERVED_GAPS  # noqa: E402
 
 TOPOLOGIES = ["1x1", "2x2", "2x4", "4x4"]
-
-
-@contextmanager
-def database(kind: str) -> Iterator[str]:
-    if kind == "mariadb":
-        with mariadb() as url:
-            yield url
-    else:
-        with tempfile.TemporaryDirectory() as d:
-            yield f"sqlite:///{Path(d) / 'observations.db'}"
 
 
 def fill(url: str, queues: list[QueueKey], arrivals: int, pools: int) -> None:
@@ -72,16 +57,6 @@ def fill(url: str, queues: list[QueueKey], arrivals: int, pools: int) -> None:
                     deleted_at=now, updated_at=now,
                 )
             )  # fmt: skip
-
-
-def timed(read: Callable[[], object], repeat: int) -> tuple[float, float]:
-    """Median and p90 of ``repeat`` reads, in ms."""
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        read()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times), statistics.quantiles(times, n=10)[-1]
 
 
 def main() -> None:

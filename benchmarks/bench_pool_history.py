@@ -22,12 +22,8 @@ Run:  .venv/bin/python benchmarks/bench_pool_history.py [--db mariadb|sqlite]
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import tempfile
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,9 +31,9 @@ from typing import Any
 import sqlalchemy as sa
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "benchmarks")]  # mysql_server.py
+sys.path[:0] = [str(ROOT / "benchmarks")]  # read_timing.py
 
-from mysql_server import mariadb  # noqa: E402
+from read_timing import database, timed_in_transactions  # noqa: E402
 
 from falcon.adapters.clock import utc_now  # noqa: E402
 from falcon.adapters.db import repository as repo  # noqa: E402
@@ -51,16 +47,6 @@ from falcon.services.release import OBSERVED_CREATIONS, OBSERVED_GAPS  # noqa: E
 TOPOLOGIES = ["1x1", "2x2", "2x4", "4x4"]
 QUEUES = [QueueKey(f"c{n // len(TOPOLOGIES)}", TOPOLOGIES[n % len(TOPOLOGIES)]) for n in range(20)]
 BATCH = 5_000
-
-
-@contextmanager
-def database(kind: str) -> Iterator[str]:
-    if kind == "mariadb":
-        with mariadb() as url:
-            yield url
-    else:
-        with tempfile.TemporaryDirectory() as d:
-            yield f"sqlite:///{Path(d) / 'pool_history.db'}"
 
 
 def _pool(n: int, queue: QueueKey, state: PoolState, at: datetime, **values: Any) -> dict[str, Any]:
@@ -108,17 +94,6 @@ def fill_history(url: str, start: int, end: int, now: datetime) -> None:
             s.execute(sa.insert(NodePoolRow), rows)
 
 
-def timed(url: str, read: Callable[[Any], object], repeat: int) -> tuple[float, float]:
-    """Median and p90 of ``repeat`` reads, each in a transaction of its own, in ms."""
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        with session_scope(url) as s:
-            read(s)
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times), statistics.quantiles(times, n=10)[-1]
-
-
 READS: dict[str, Callable[[Any], object]] = {
     "pools_in": lambda s: repo.pools_in(s, [PoolState.CREATING, PoolState.IDLE, PoolState.DELETING]),
     "takers_without_pool": repo.takers_without_pool,
@@ -161,7 +136,7 @@ def main() -> None:
                 with engine_for(url).begin() as connection:
                     connection.execute(sa.text("ANALYZE TABLE falcon_node_pools, falcon_task_progress"))
             check(url)
-            cells = [timed(url, read, args.repeat) for read in READS.values()]
+            cells = [timed_in_transactions(url, read, args.repeat) for read in READS.values()]
             print(f"{size:>8}  " + "  ".join(f"{m:>10.2f} / {p:>6.2f}" for m, p in cells))
 
 

@@ -14,12 +14,8 @@ Run:  .venv/bin/python benchmarks/bench_running_reads.py [--db mariadb|sqlite] [
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import tempfile
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,9 +23,9 @@ from typing import Any
 import sqlalchemy as sa
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "benchmarks")]  # mysql_server.py
+sys.path[:0] = [str(ROOT / "benchmarks")]  # read_timing.py
 
-from mysql_server import mariadb  # noqa: E402
+from read_timing import database, timed_in_transactions  # noqa: E402
 
 from falcon.adapters.clock import utc_now  # noqa: E402
 from falcon.adapters.db import repository as repo  # noqa: E402
@@ -41,16 +37,6 @@ from falcon.domain.status import Status  # noqa: E402
 
 TOPOLOGIES = ["1x1", "2x2", "2x4", "4x4"]
 BATCH = 5_000
-
-
-@contextmanager
-def database(kind: str) -> Iterator[str]:
-    if kind == "mariadb":
-        with mariadb() as url:
-            yield url
-    else:
-        with tempfile.TemporaryDirectory() as d:
-            yield f"sqlite:///{Path(d) / 'running_reads.db'}"
 
 
 def fill(url: str, kind: str, count: int, status: Status, phase: Phase, now: datetime) -> None:
@@ -72,17 +58,6 @@ def fill(url: str, kind: str, count: int, status: Status, phase: Phase, now: dat
         with session_scope(url) as s:
             s.execute(sa.insert(JobRow), jobs)
             s.execute(sa.insert(TaskProgressRow), progress)
-
-
-def timed(url: str, read: Callable[[Any], object], repeat: int) -> tuple[float, float]:
-    """Median and p90 of ``repeat`` reads, each in a transaction of its own, in ms."""
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        with session_scope(url) as s:
-            read(s)
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times), statistics.quantiles(times, n=10)[-1]
 
 
 def main() -> None:
@@ -119,7 +94,7 @@ def main() -> None:
         print(f"{args.db}, {args.running} running, {args.waiting} waiting, {args.done} done")
         print(f"ms per read, median / p90 of {args.repeat}")
         for label, read in reads.items():
-            median, p90 = timed(url, read, args.repeat)
+            median, p90 = timed_in_transactions(url, read, args.repeat)
             print(f"  {label:34s} {median:6.2f} / {p90:6.2f}")
 
 
