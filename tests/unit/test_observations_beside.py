@@ -7,6 +7,7 @@ import threading
 from collections.abc import Collection, Iterator
 
 import pytest
+from tests.unit.fakes import FakeClock
 
 from falcon.domain.model import QueueKey
 from falcon.domain.pool_economics import QueueObservations
@@ -36,27 +37,19 @@ class History:
         return {q: QueueObservations(arrival_gaps=(float(len(self.reads)),)) for q in queues}
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def history() -> History:
     return History()
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock()
 
 
 @pytest.fixture
-def beside(history: History, clock: Clock) -> Iterator[ObservationsBeside]:
-    observations = ObservationsBeside(history, clock)
+def beside(history: History, clock: FakeClock) -> Iterator[ObservationsBeside]:
+    observations = ObservationsBeside(history, clock.monotonic)
     yield observations
     history.let_go.set()
     observations.close()
@@ -77,13 +70,13 @@ def test_a_queue_asked_for_is_answered_at_a_later_call(beside: ObservationsBesid
 
 
 def test_observations_are_fresh_for_a_while_then_read_again(
-    beside: ObservationsBeside, history: History, clock: Clock
+    beside: ObservationsBeside, history: History, clock: FakeClock
 ) -> None:
     beside([A])
     _settled(beside)
-    clock.now += FRESH_SECONDS - 0.1
+    clock.advance(FRESH_SECONDS - 0.1)
     assert A in beside([A]) and len(history.reads) == 1
-    clock.now += 0.1
+    clock.advance(0.1)
     assert beside([A]) == {}, "too old to price a pool"
     _settled(beside)
     assert beside([A]) == {A: QueueObservations(arrival_gaps=(2.0,))}
@@ -92,7 +85,7 @@ def test_observations_are_fresh_for_a_while_then_read_again(
 def test_one_read_at_a_time_of_the_queues_not_held(beside: ObservationsBeside, history: History) -> None:
     beside([A])
     _settled(beside)
-    history.hold = True
+    history.hold, history.started = True, threading.Event()  # the first read's start is over
     assert beside([A, B]) == {A: QueueObservations(arrival_gaps=(1.0,))}
     assert history.started.wait(5)
     assert beside([B]) == {}, "the read under way answers it"
