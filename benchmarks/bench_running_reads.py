@@ -5,7 +5,7 @@ the running ones upstream set to Aborting, and how many run (README, "The round 
 running tasks in memory"). This fills a throwaway MariaDB (or a SQLite file) with ``--running``
 running tasks, ``--waiting`` waiting and ``--done`` done ones, as the scale benchmark's full
 size has them, and times that read when nothing changed (the steady round) and each of its three
-statements, each in a transaction of its own.
+statements apart, each in a transaction of its own (the round reads them as one).
 
 Run:  .venv/bin/python benchmarks/bench_running_reads.py [--db mariadb|sqlite] [--running 1000]
       [--waiting 10000] [--done 10000] [--repeat 50]   (about 15 s)
@@ -75,7 +75,7 @@ def main() -> None:
     running = sa.select(TaskProgressRow.task_id).join(JobRow, JobRow.id == TaskProgressRow.task_id)
     running = running.where(TaskProgressRow.phase == Phase.RUNNING.value)
     reads: dict[str, Callable[[Any], object]] = {
-        "the round's read (3 statements)": lambda s: repo.running_changes(s, since),
+        "the round's read (one statement)": lambda s: repo.running_changes(s, since),
         "  new since the last read": lambda s: repo.running_tasks(s, since),
         "  set to Aborting": lambda s: list(s.scalars(running.where(JobRow.status == Status.ABORTING.value))),
         "  how many run": lambda s: s.scalar(sa.select(sa.func.count()).select_from(running.subquery())),

@@ -441,6 +441,21 @@ def test_takers_without_pool_are_acquiring_tasks_holding_no_ready_pool(
     assert store.takers_without_pool() == {Q2: 1}
 
 
+def test_progress_and_takers_are_the_two_reads_together(store: TaskStore, upstream: Upstream) -> None:
+    acquiring(store, upstream, "t1")
+    acquiring(store, upstream, "t2")
+    queued(store, upstream, "t3")
+    store.write_ahead_pool(pool("p1", "t1"), T0)
+    store.pool_ready("c1", "p1", T1)
+    phases = [Phase.ACQUIRING, Phase.RELEASING]
+    progress, takers = store.progress_and_takers(phases)
+    assert sorted(p.task_id for p in progress) == ["t1", "t2"]
+    assert progress == store.progress_in(phases)
+    assert takers == store.takers_without_pool() == {Q: 1}  # t1 holds a ready pool, t3 waits
+    with pytest.raises(ValueError, match="ACQUIRING"):
+        store.progress_and_takers([Phase.RELEASING])
+
+
 def test_queue_observations_are_intake_gaps_and_creation_times_per_mode(
     store: TaskStore, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:

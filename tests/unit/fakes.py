@@ -355,6 +355,12 @@ class MemoryTaskStore:
                 takers[p.queue] = takers.get(p.queue, 0) + 1
         return takers
 
+    def progress_and_takers(self, phases: Sequence[Phase]) -> tuple[list[Progress], dict[QueueKey, int]]:
+        if Phase.ACQUIRING not in phases:
+            raise ValueError("ACQUIRING must be among the phases")
+        with self._tx():
+            return self.progress_in(phases), self.takers_without_pool()
+
     def idle_count(self, queue: QueueKey) -> int:
         return sum(1 for p in self._pools_of(queue) if p.state is PoolState.IDLE)
 

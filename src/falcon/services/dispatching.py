@@ -418,10 +418,9 @@ class Dispatcher:
         with svc.store.together() as store:  # every read in one transaction: its round trips are most of each
             clusters = {c.id: c for c in store.clusters()}
             running = self._running.read(store, svc.clock.now())
-            supervised = store.progress_in(reconcile.SUPERVISED)
+            supervised, without_pool = store.progress_and_takers(reconcile.SUPERVISED)
             rules = schedulable(store.warm_rules())
             pools = store.pools_in([PoolState.CREATING, PoolState.IDLE, PoolState.DELETING])
-            without_pool = store.takers_without_pool()
         waiting = self._waiting_counts
         waited_for = {queue.cluster_id for queue in waiting}
         seen = reconcile.find_endings(svc, clusters, waited_for, self._fan_out, running)

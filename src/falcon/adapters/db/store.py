@@ -96,6 +96,10 @@ class SqlTaskStore:
         with self._tx() as s:
             return repo.takers_without_pool(s)
 
+    def progress_and_takers(self, phases: Sequence[Phase]) -> tuple[list[Progress], dict[QueueKey, int]]:
+        with self._tx() as s:
+            return repo.progress_and_takers(s, phases)
+
     def idle_count(self, queue: QueueKey) -> int:
         with self._tx() as s:
             return repo.idle_count(s, queue)
