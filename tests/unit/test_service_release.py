@@ -34,6 +34,7 @@ from falcon.domain.status import Reason, Status
 from falcon.services import reconcile
 from falcon.services.acquisition import provision, wait_pool_ready
 from falcon.services.context import Services, load_view
+from falcon.services.reaper_beside import Calls, one_cluster_after_another
 from falcon.services.release import record_outcome, release
 
 POOL = node_pool_name_for("t1", "2x2")
@@ -219,6 +220,28 @@ def test_idle_pool_past_its_grace_is_deleted(svc: Services) -> None:
     assert svc.node_pools.count("delete", "falcon-kept") == 1
     reconcile.reap_idle_pools(svc, clusters_of(svc), {})  # next round: GKE no longer has it
     assert svc.store.pool("c1", "falcon-kept").state is PoolState.DELETED
+
+
+def test_the_marks_go_with_the_calls_beside_the_round_and_spare_a_pool_taken_meanwhile(
+    svc: Services,
+) -> None:
+    """The deployed round writes no mark: each is the first of its cluster's calls beside it."""
+    for name in ("falcon-one", "falcon-two"):
+        svc.node_pools.add_existing(svc.store.clusters()[0], name)
+        svc.store.add_pool(idle(name, svc.clock.now()))
+    svc.clock.advance(121)
+    handed: list[Calls] = []
+    reaped = reconcile.reap_idle_pools(svc, clusters_of(svc), {}, make_calls=handed.append)
+    assert sorted(reaped) == ["falcon-one", "falcon-two"]
+    assert {p.name for p in svc.store.pools_in([PoolState.IDLE])} == {"falcon-one", "falcon-two"}
+    taken = svc.store.claim_idle_pool(QUEUE, "t9", svc.clock.now())
+    assert taken is not None
+    (left,) = {"falcon-one", "falcon-two"} - {taken.name}
+    one_cluster_after_another(handed[0])
+    assert svc.store.pool("c1", taken.name).state is PoolState.IN_USE  # taken: left alone
+    assert svc.node_pools.count("delete", taken.name) == 0
+    assert svc.store.pool("c1", left).state is PoolState.DELETING
+    assert svc.node_pools.count("delete", left) == 1
 
 
 def test_idle_pool_with_waiters_is_kept_until_ten_graces(svc: Services) -> None:
