@@ -27,12 +27,12 @@ from functools import partial
 
 from falcon.domain.dispatcher_view import DispatcherView, build_view
 from falcon.domain.events import ResourceView
-from falcon.domain.lifecycle import LIVE_POOL_STATES, Phase, PoolState, Snapshot
+from falcon.domain.lifecycle import LIVE_POOL_STATES, NodePool, Phase, PoolState, Progress, Snapshot
 from falcon.domain.messages import MessageKey
-from falcon.domain.model import Cluster, QueueKey
+from falcon.domain.model import Cluster, QueueKey, RunningTask
 from falcon.domain.node_pools import ReservationRef
 from falcon.domain.scheduling import ReservationCapacity
-from falcon.domain.warm_pools import next_change, schedulable, warm_targets
+from falcon.domain.warm_pools import next_change, warm_targets
 from falcon.services import reconcile
 from falcon.services.context import Services
 from falcon.services.fan_out import fan_out_on
@@ -43,6 +43,7 @@ from falcon.services.pick_records import PickRecords
 from falcon.services.ports import Clock
 from falcon.services.queueing import MessageWrite, Pick, QueueBook, schedule, settle
 from falcon.services.reaper_beside import ReaperCallsBeside
+from falcon.services.registry_book import RegistryBook
 from falcon.services.release import observed
 from falcon.services.running_book import RunningBook
 from falcon.services.warming import Warmer
@@ -253,6 +254,7 @@ class Dispatcher:
         self._unlaunched: dict[str, float] = {}  # picks seen with no run recorded yet (supervise_runs)
         self._priced: reconcile.PricedSpells = {}  # the idle pools as the reaper priced them
         self._running = RunningBook()  # the running tasks as the last round read them
+        self._registry = RegistryBook()  # the clusters and warm rules as the last round read them
         self._confirmed: reconcile.ConfirmedAt = {}  # when the reaper last confirmed each deletion
         self._next_fire: datetime | None = None  # the next tidal warm-pool fire: reconcile then
         self.on_pool_offered: Callable[[], None] = lambda: None  # the deployed flow nudges its tick loop
@@ -415,13 +417,14 @@ class Dispatcher:
 
     def _reconcile(self, report: TickReport, laps: Laps) -> None:
         svc = self.services
+        waiting = self._waiting_counts
         with svc.store.together() as store:  # every read in one transaction: its round trips are most of each
-            clusters = {c.id: c for c in store.clusters()}
+            self._registry.read(store, svc.clock.monotonic())
             running = self._running.read(store, svc.clock.now())
             supervised, without_pool = store.progress_and_takers(reconcile.SUPERVISED)
-            rules = schedulable(store.warm_rules())
             pools = store.pools_in([PoolState.CREATING, PoolState.IDLE, PoolState.DELETING])
-        waiting = self._waiting_counts
+            self._registry.meet(store, _cluster_ids(running, supervised, pools, waiting))
+        clusters, rules = self._registry.clusters, self._registry.rules
         waited_for = {queue.cluster_id for queue in waiting}
         seen = reconcile.find_endings(svc, clusters, waited_for, self._fan_out, running)
         report.ended = [ending.task.id for ending in seen.endings]
@@ -540,6 +543,17 @@ class Dispatcher:
         with self._book_lock:
             self.book.dirty.update(q for q in self.book.waiting if q.cluster_id in changed)
             self._unreachable = held
+
+
+def _cluster_ids(
+    running: Iterable[RunningTask],
+    supervised: Iterable[Progress],
+    pools: Iterable[NodePool],
+    waiting: Iterable[QueueKey],
+) -> set[str]:
+    """The clusters a round's reads name: those it follows, supervises, reaps or waits for."""
+    queues = [t.queue for t in running] + [p.queue for p in supervised] + list(waiting)
+    return {q.cluster_id for q in queues if q is not None} | {p.cluster_id for p in pools}
 
 
 def _log_if_slow(what: str, laps: Laps) -> None:
