@@ -72,8 +72,7 @@ def main() -> None:
     args = parser.parse_args()
     now = utc_now()
     since = now - timedelta(seconds=10)  # the last read, less the overlap: nothing new since
-    running = sa.select(TaskProgressRow.task_id).join(JobRow, JobRow.id == TaskProgressRow.task_id)
-    running = running.where(TaskProgressRow.phase == Phase.RUNNING.value)
+    running = repo._running(TaskProgressRow.task_id)  # the parts of the round's one statement, apart
     reads: dict[str, Callable[[Any], object]] = {
         "the round's read (one statement)": lambda s: repo.running_changes(s, since),
         "  new since the last read": lambda s: repo.running_tasks(s, since),

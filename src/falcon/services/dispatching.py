@@ -39,6 +39,7 @@ from falcon.services.fan_out import fan_out_on
 from falcon.services.health import Verdict, liveness
 from falcon.services.intake import take_in
 from falcon.services.observations_beside import ObservationsBeside
+from falcon.services.periodic import Every
 from falcon.services.pick_records import PickRecords
 from falcon.services.ports import Clock
 from falcon.services.queueing import MessageWrite, Pick, QueueBook, schedule, settle
@@ -62,21 +63,6 @@ FULL_RELOAD_EVERY = 10  # book checks (queue_refresh_seconds apart) between two 
 # A round follows its clusters, and makes their GKE calls, this many at once; as many threads
 # release the tasks whose Job ended, and as many start the runs that died (WorkBeside).
 ROUND_THREADS = 8
-
-
-@dataclass
-class Every:
-    """A periodic piece of the tick: due the first time, then once ``period`` seconds have passed."""
-
-    period: float
-    last: float | None = None
-
-    def due(self, monotonic: float, force: bool = False) -> bool:
-        """True, and the time noted, when the period is over (or ``force`` asks for it anyway)."""
-        if not force and self.last is not None and monotonic - self.last < self.period:
-            return False
-        self.last = monotonic
-        return True
 
 
 @dataclass

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 from falcon.domain.model import Cluster
 from falcon.domain.warm_pools import WarmRule, schedulable
+from falcon.services.periodic import Every
 from falcon.services.ports import TaskStore
 
 # The round reads the registry and the warm rules at least this often (dispatcher clock seconds).
@@ -27,15 +28,13 @@ class RegistryBook:
     def __init__(self, period: float = REGISTRY_SECONDS) -> None:
         self.clusters: dict[str, Cluster] = {}
         self.rules: list[WarmRule] = []
-        self._period = period
-        self._read_at: float | None = None
+        self._due = Every(period)
 
     def read(self, store: TaskStore, monotonic: float) -> None:
         """Both, when the period since the last read is over."""
-        if self._read_at is None or monotonic - self._read_at >= self._period:
+        if self._due.due(monotonic):
             self._read_clusters(store)
             self.rules = schedulable(store.warm_rules())
-            self._read_at = monotonic
 
     def meet(self, store: TaskStore, cluster_ids: Iterable[str]) -> None:
         """The clusters again, now, if one of ``cluster_ids`` (the round's tasks' and pools') is
