@@ -20,7 +20,7 @@ n it measures:
 
 on SQLite (file, WAL, as `falcon local` runs it) and on a throwaway MariaDB (unix socket).
 A pass is what the dispatcher's tick does around schedule(): read the queues whose slot a task
-holds (repo.acquiring_queues; the tick reads it in its snapshot), then schedule() against the
+holds (repo.tick_reads; the tick reads it in its snapshot), then schedule() against the
 task store the dispatcher uses (falcon.adapters.db.store.SqlTaskStore: each write - one per pick,
 then the Messages - its own short transaction). Slots are a fake in-memory object that always
 grants: the Prefect global-concurrency-limit calls are the edge of this unit and are not measured
@@ -285,7 +285,7 @@ def schedule_pass(url: str, book: QueueBook) -> tuple[int, int]:
     """One schedule() pass as the dispatcher's tick runs it: the acquiring queues read, then
     schedule() on the SQL task store (each write committed in its own short transaction)."""
     with session_scope(url) as session:
-        acquiring = repo.acquiring_queues(session)
+        acquiring = repo.tick_reads(session, 0, with_counts=False).acquiring_queues
     store = SqlTaskStore(url)
     events = PrometheusTaskEvents(store.clusters)  # each pick logged and counted, as in production
     result = schedule(store, book, GrantingSlots(), acquiring, Messages(LOCALE), NOW, LEASE_SECONDS, events)

@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.mysql import insert as mysql_insert
@@ -125,9 +125,10 @@ def find_cluster(session: Session, name: str, project: str, location: str) -> Cl
 # -- tasks (the upstream job table) -------------------------------------------------------------
 
 
-def _task(row: JobRow) -> Task:
-    """The row as Falcon reads it. Values upstream got wrong do not raise: they are listed in
-    ``Task.problems`` (and replaced by neutral values) so intake fails this one task."""
+def _task(row: Any) -> Task:
+    """The row (the ORM object or a Core row of the job table's columns) as Falcon reads it.
+    Values upstream got wrong do not raise: they are listed in ``Task.problems`` (and replaced by
+    neutral values) so intake fails this one task."""
     problems: list[str] = []
     return Task(
         id=row.id,
@@ -235,17 +236,6 @@ def list_tasks(session: Session, limit: int = 200, statuses: Iterable[Status] = 
     wanted = [s.value for s in statuses]
     if wanted:
         query = query.where(JobRow.status.in_(wanted))
-    return [_task(r) for r in session.scalars(query)]
-
-
-def new_tasks(session: Session, limit: int) -> list[Task]:
-    """Rows upstream inserted that Falcon has not taken in yet (Pending with no reason)."""
-    query = (
-        sa.select(JobRow)
-        .where(JobRow.status == Status.PENDING.value, JobRow.reason.is_(None))
-        .order_by(JobRow.created_at, JobRow.id)
-        .limit(limit)
-    )
     return [_task(r) for r in session.scalars(query)]
 
 
@@ -553,16 +543,6 @@ def _json_table_statement(session: Session) -> sa.TextClause | None:
 _SQL_NAME = re.compile(r"[A-Za-z0-9_]+")
 
 
-def aborting_tasks(session: Session) -> list[tuple[Task, Phase | None]]:
-    """Rows upstream set to Aborting, with Falcon's phase for them (None: never taken in)."""
-    query = (
-        sa.select(JobRow, TaskProgressRow.phase)
-        .outerjoin(TaskProgressRow, TaskProgressRow.task_id == JobRow.id)
-        .where(JobRow.status == Status.ABORTING.value)
-    )
-    return [(_task(row), Phase(phase) if phase else None) for row, phase in session.execute(query)]
-
-
 def tasks_by_id(session: Session, task_ids: Iterable[str]) -> dict[str, Task]:
     wanted = sorted(set(task_ids))
     if not wanted:
@@ -815,29 +795,6 @@ def _waiting_in(queue: QueueKey) -> tuple[sa.ColumnElement[bool], ...]:
     )
 
 
-def waiting_counts(session: Session) -> dict[QueueKey, int]:
-    """Falcon's waiting progress rows per queue, less those whose task upstream set to Aborting:
-    what the queue book holds, counted on the progress rows' (phase, cluster, topology) index
-    alone. Joining every row's job row, as ``waiting_rows`` does, made this count 30-80 ms of a
-    tick at 10 000 waiting tasks on MariaDB; the Aborting rows are few. A waiting row whose job
-    row is neither Pending nor Aborting (deleted or edited by hand) is counted here and not read
-    by ``waiting_rows``: the book learns of it when it is loaded (``QueueBook.load``)."""
-    queue = (TaskProgressRow.cluster_id, TaskProgressRow.topology)
-    waiting = TaskProgressRow.phase == Phase.WAITING.value
-    counts: Counter[QueueKey] = Counter()
-    for c, t, n in session.execute(sa.select(*queue, sa.func.count()).where(waiting).group_by(*queue)):
-        counts[QueueKey(c or "", t or "")] += n
-    aborting = (
-        sa.select(*queue, sa.func.count())
-        .join(JobRow, JobRow.id == TaskProgressRow.task_id)
-        .where(JobRow.status == Status.ABORTING.value, waiting)
-        .group_by(*queue)
-    )
-    for c, t, n in session.execute(aborting):
-        counts[QueueKey(c or "", t or "")] -= n
-    return {q: n for q, n in counts.items() if n}
-
-
 def queue_lengths(session: Session) -> dict[QueueKey, int]:
     """Tasks waiting or acquiring, per queue: the load figure cluster choice compares."""
     query = (
@@ -848,14 +805,99 @@ def queue_lengths(session: Session) -> dict[QueueKey, int]:
     return {QueueKey(c or "", t or ""): n for c, t, n in session.execute(query)}
 
 
-def acquiring_queues(session: Session) -> set[QueueKey]:
-    """Queues whose slot a task holds in the database."""
-    query = (
-        sa.select(TaskProgressRow.cluster_id, TaskProgressRow.topology)
-        .where(TaskProgressRow.phase == Phase.ACQUIRING.value)
-        .distinct()
+# -- the tick's read -----------------------------------------------------------------------------
+
+
+class TickRows(NamedTuple):
+    """What every dispatcher tick reads before it decides anything (the Snapshot's steady part)."""
+
+    new: list[Task]  # rows upstream inserted that Falcon has not taken in yet, oldest first
+    aborting: list[tuple[Task, Phase | None]]  # set to Aborting, with Falcon's phase (None: not taken in)
+    acquiring_queues: set[QueueKey]  # queues whose slot a task holds in the database
+    waiting_counts: dict[QueueKey, int] | None  # only when asked: see ``_waiting_counted``
+
+
+def _tick_part(
+    kind: str, task_id: Any = None, phase: Any = None, queue: Sequence[Any] = (), n: Any = None
+) -> sa.Select[Any]:
+    """One part of the tick's read: every part has the same columns, NULL where it has none."""
+    return sa.select(
+        (sa.null() if task_id is None else task_id).label("task_id"),
+        (sa.null() if phase is None else phase).label("phase"),
+        (queue[0] if queue else sa.null()).label("queue_cluster_id"),
+        (queue[1] if queue else sa.null()).label("queue_topology"),
+        (sa.null() if n is None else n).label("n"),
+        sa.literal(kind).label("kind"),
     )
-    return {QueueKey(c or "", t or "") for c, t in session.execute(query)}
+
+
+def tick_reads(session: Session, intake_batch: int, with_counts: bool) -> TickRows:
+    """The tick's reads in one statement, a UNION ALL of its parts, each on its own index: under
+    load each round trip, not the reads, was most of their time (every tick makes them). The
+    rows of new and Aborting tasks, which a steady tick has none of, are read by a second
+    statement: their TEXT columns would make MariaDB build the UNION's result on disk."""
+    queue = (TaskProgressRow.cluster_id, TaskProgressRow.topology)
+    oldest = (  # a part of a UNION cannot be ordered and limited on SQLite: a subquery can
+        sa.select(JobRow.id)
+        .where(JobRow.status == Status.PENDING.value, JobRow.reason.is_(None))
+        .order_by(JobRow.created_at, JobRow.id)
+        .limit(intake_batch)
+        .subquery()
+    )
+    parts = [
+        _tick_part("new", oldest.c.id),
+        _tick_part("aborting", JobRow.id, TaskProgressRow.phase)
+        .join_from(JobRow, TaskProgressRow, TaskProgressRow.task_id == JobRow.id, isouter=True)
+        .where(JobRow.status == Status.ABORTING.value),
+        _tick_part("acquiring", queue=queue).where(TaskProgressRow.phase == Phase.ACQUIRING.value).distinct(),
+        *(_waiting_counted() if with_counts else []),
+    ]
+    rows = session.execute(sa.union_all(*parts)).all()
+    new_ids = [row.task_id for row in rows if row.kind == "new"]
+    phases = {row.task_id: row.phase for row in rows if row.kind == "aborting"}
+    tasks = tasks_by_id(session, [*new_ids, *phases])  # checked again: a server may read committed
+    new = [t for i in new_ids if (t := tasks.get(i)) and t.status is Status.PENDING and t.reason is None]
+    return TickRows(
+        new=sorted(new, key=lambda task: (task.created_at, task.id)),  # a UNION keeps no order
+        aborting=[
+            (t, Phase(phase) if phase else None)
+            for i, phase in phases.items()
+            if (t := tasks.get(i)) and t.status is Status.ABORTING
+        ],
+        acquiring_queues={_queue_of(row) for row in rows if row.kind == "acquiring"},
+        waiting_counts=_waiting_counts(rows) if with_counts else None,
+    )
+
+
+def _waiting_counted() -> list[sa.Select[Any]]:
+    """Falcon's waiting progress rows per queue, and those of them whose task upstream set to
+    Aborting: what the queue book holds is the first less the second, counted on the progress
+    rows' (phase, cluster, topology) index alone. Joining every row's job row, as ``waiting_rows``
+    does, made this count 30-80 ms of a tick at 10 000 waiting tasks on MariaDB; the Aborting rows
+    are few. A waiting row whose job row is neither Pending nor Aborting (deleted or edited by
+    hand) is counted here and not read by ``waiting_rows``: the book learns of it when it is
+    loaded (``QueueBook.load``)."""
+    queue = (TaskProgressRow.cluster_id, TaskProgressRow.topology)
+    waiting = TaskProgressRow.phase == Phase.WAITING.value
+    return [
+        _tick_part("waiting", queue=queue, n=sa.func.count()).where(waiting).group_by(*queue),
+        _tick_part("waiting_aborting", queue=queue, n=sa.func.count())
+        .join_from(TaskProgressRow, JobRow, JobRow.id == TaskProgressRow.task_id)
+        .where(JobRow.status == Status.ABORTING.value, waiting)
+        .group_by(*queue),
+    ]
+
+
+def _waiting_counts(rows: Sequence[Any]) -> dict[QueueKey, int]:
+    counts: Counter[QueueKey] = Counter()
+    for row in rows:
+        if row.kind in ("waiting", "waiting_aborting"):
+            counts[_queue_of(row)] += int(row.n) if row.kind == "waiting" else -int(row.n)
+    return {q: n for q, n in counts.items() if n}
+
+
+def _queue_of(row: Any) -> QueueKey:
+    return QueueKey(row.queue_cluster_id or "", row.queue_topology or "")
 
 
 # -- queue rotation ------------------------------------------------------------------------------

@@ -47,17 +47,18 @@ class SqlTaskStore:
 
     def snapshot(self, intake_batch: int, with_book: bool, with_counts: bool = False) -> Snapshot:
         with self._tx() as s:
-            new = repo.new_tasks(s, intake_batch)
+            steady = repo.tick_reads(s, intake_batch, with_counts)
+            new = steady.new
             return Snapshot(
                 new_tasks=new,
-                aborting=repo.aborting_tasks(s),
-                acquiring_queues=repo.acquiring_queues(s),
+                aborting=steady.aborting,
+                acquiring_queues=steady.acquiring_queues,
                 clusters=repo.list_clusters(s) if new else [],
                 queue_lengths=repo.queue_lengths(s) if new else {},
                 idle_pools=repo.pools_in(s, [PoolState.IDLE]) if new else [],
                 waiting=repo.waiting_rows(s) if with_book else None,
                 last_actors=repo.last_actors(s) if with_book else None,
-                waiting_counts=repo.waiting_counts(s) if with_counts else None,
+                waiting_counts=steady.waiting_counts,
             )
 
     def task(self, task_id: str) -> Task | None:
