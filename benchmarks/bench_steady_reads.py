@@ -138,8 +138,7 @@ def steady_reads(since: datetime) -> dict[str, tuple[Read, dict[str, Read]]]:
         ).all(),
         "waiting set to Aborting per queue": lambda s: s.execute(
             sa.select(*queue, sa.func.count())
-            .join(JobRow, JobRow.id == TaskProgressRow.task_id)
-            .where(aborting, waiting)
+            .where(waiting, TaskProgressRow.task_id.in_(sa.select(JobRow.id).where(aborting)))
             .group_by(*queue)
         ).all(),
     }

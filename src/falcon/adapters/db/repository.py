@@ -879,11 +879,11 @@ def _waiting_counted() -> list[sa.Select[Any]]:
     loaded (``QueueBook.load``)."""
     queue = (TaskProgressRow.cluster_id, TaskProgressRow.topology)
     waiting = TaskProgressRow.phase == Phase.WAITING.value
+    aborting = sa.select(JobRow.id).where(JobRow.status == Status.ABORTING.value)
     return [
         _tick_part("waiting", queue=queue, n=sa.func.count()).where(waiting).group_by(*queue),
         _tick_part("waiting_aborting", queue=queue, n=sa.func.count())
-        .join_from(TaskProgressRow, JobRow, JobRow.id == TaskProgressRow.task_id)
-        .where(JobRow.status == Status.ABORTING.value, waiting)
+        .where(waiting, TaskProgressRow.task_id.in_(aborting))
         .group_by(*queue),
     ]
 
