@@ -125,10 +125,9 @@ def find_cluster(session: Session, name: str, project: str, location: str) -> Cl
 # -- tasks (the upstream job table) -------------------------------------------------------------
 
 
-def _task(row: Any) -> Task:
-    """The row (the ORM object or a Core row of the job table's columns) as Falcon reads it.
-    Values upstream got wrong do not raise: they are listed in ``Task.problems`` (and replaced by
-    neutral values) so intake fails this one task."""
+def _task(row: JobRow) -> Task:
+    """The row as Falcon reads it. Values upstream got wrong do not raise: they are listed in
+    ``Task.problems`` (and replaced by neutral values) so intake fails this one task."""
     problems: list[str] = []
     return Task(
         id=row.id,
@@ -834,8 +833,8 @@ def _tick_part(
 def tick_reads(session: Session, intake_batch: int, with_counts: bool) -> TickRows:
     """The tick's reads in one statement, a UNION ALL of its parts, each on its own index: under
     load each round trip, not the reads, was most of their time (every tick makes them). The
-    rows of new and Aborting tasks, which a steady tick has none of, are read by a second
-    statement: their TEXT columns would make MariaDB build the UNION's result on disk."""
+    rows of new and Aborting tasks, which a steady tick has none of, are read after it when there
+    are some: their TEXT columns would make MariaDB build the UNION's result on disk."""
     queue = (TaskProgressRow.cluster_id, TaskProgressRow.topology)
     oldest = (  # a part of a UNION cannot be ordered and limited on SQLite: a subquery can
         sa.select(JobRow.id)
@@ -855,14 +854,17 @@ def tick_reads(session: Session, intake_batch: int, with_counts: bool) -> TickRo
     rows = session.execute(sa.union_all(*parts)).all()
     new_ids = [row.task_id for row in rows if row.kind == "new"]
     phases = {row.task_id: row.phase for row in rows if row.kind == "aborting"}
-    tasks = tasks_by_id(session, [*new_ids, *phases])  # checked again: a server may read committed
-    new = [t for i in new_ids if (t := tasks.get(i)) and t.status is Status.PENDING and t.reason is None]
+    fresh = tasks_by_id(session, new_ids).values()  # checked again: a server may read committed
+    aborting = sa.select(JobRow).where(JobRow.status == Status.ABORTING.value)  # no list of ids: any number
     return TickRows(
-        new=sorted(new, key=lambda task: (task.created_at, task.id)),  # a UNION keeps no order
+        new=sorted(  # a UNION keeps no order
+            (t for t in fresh if t.status is Status.PENDING and t.reason is None),
+            key=lambda task: (task.created_at, task.id),
+        ),
         aborting=[
-            (t, Phase(phase) if phase else None)
-            for i, phase in phases.items()
-            if (t := tasks.get(i)) and t.status is Status.ABORTING
+            (_task(row), Phase(phase) if (phase := phases[row.id]) else None)
+            for row in (session.scalars(aborting) if phases else ())
+            if row.id in phases
         ],
         acquiring_queues={_queue_of(row) for row in rows if row.kind == "acquiring"},
         waiting_counts=_waiting_counts(rows) if with_counts else None,
