@@ -610,6 +610,12 @@ _RUNNING_COLUMNS = (
 )
 
 
+# The job rows upstream set to Aborting (few: found on the job table's status index), and the
+# queue a progress row names: what several reads below select by.
+_IS_ABORTING = JobRow.status == Status.ABORTING.value
+_QUEUE = (TaskProgressRow.cluster_id, TaskProgressRow.topology)
+
+
 def _running(*columns: Any) -> sa.Select[Any]:
     """``columns`` of the tasks in phase running, joined to their job rows: a progress row whose
     job row upstream deleted counts nowhere."""
@@ -656,7 +662,7 @@ def running_changes(session: Session, since: datetime) -> RunningChanges:
     rows = session.execute(
         sa.union_all(
             new.where(TaskProgressRow.running_at >= since),
-            aborting.where(JobRow.status == Status.ABORTING.value),
+            aborting.where(_IS_ABORTING),
             counted,
         )
     ).all()
@@ -797,9 +803,9 @@ def _waiting_in(queue: QueueKey) -> tuple[sa.ColumnElement[bool], ...]:
 def queue_lengths(session: Session) -> dict[QueueKey, int]:
     """Tasks waiting or acquiring, per queue: the load figure cluster choice compares."""
     query = (
-        sa.select(TaskProgressRow.cluster_id, TaskProgressRow.topology, sa.func.count())
+        sa.select(*_QUEUE, sa.func.count())
         .where(TaskProgressRow.phase.in_([Phase.WAITING.value, Phase.ACQUIRING.value]))
-        .group_by(TaskProgressRow.cluster_id, TaskProgressRow.topology)
+        .group_by(*_QUEUE)
     )
     return {QueueKey(c or "", t or ""): n for c, t, n in session.execute(query)}
 
@@ -835,7 +841,6 @@ def tick_reads(session: Session, intake_batch: int, with_counts: bool) -> TickRo
     load each round trip, not the reads, was most of their time (every tick makes them). The
     rows of new and Aborting tasks, which a steady tick has none of, are read after it when there
     are some: their TEXT columns would make MariaDB build the UNION's result on disk."""
-    queue = (TaskProgressRow.cluster_id, TaskProgressRow.topology)
     oldest = (  # a part of a UNION cannot be ordered and limited on SQLite: a subquery can
         sa.select(JobRow.id)
         .where(JobRow.status == Status.PENDING.value, JobRow.reason.is_(None))
@@ -847,15 +852,17 @@ def tick_reads(session: Session, intake_batch: int, with_counts: bool) -> TickRo
         _tick_part("new", oldest.c.id),
         _tick_part("aborting", JobRow.id, TaskProgressRow.phase)
         .join_from(JobRow, TaskProgressRow, TaskProgressRow.task_id == JobRow.id, isouter=True)
-        .where(JobRow.status == Status.ABORTING.value),
-        _tick_part("acquiring", queue=queue).where(TaskProgressRow.phase == Phase.ACQUIRING.value).distinct(),
+        .where(_IS_ABORTING),
+        _tick_part("acquiring", queue=_QUEUE)
+        .where(TaskProgressRow.phase == Phase.ACQUIRING.value)
+        .distinct(),
         *(_waiting_counted() if with_counts else []),
     ]
     rows = session.execute(sa.union_all(*parts)).all()
     new_ids = [row.task_id for row in rows if row.kind == "new"]
     phases = {row.task_id: row.phase for row in rows if row.kind == "aborting"}
     fresh = tasks_by_id(session, new_ids).values()  # checked again: a server may read committed
-    aborting = sa.select(JobRow).where(JobRow.status == Status.ABORTING.value)  # no list of ids: any number
+    aborting = sa.select(JobRow).where(_IS_ABORTING)  # no list of ids: any number of them
     return TickRows(
         new=sorted(  # a UNION keeps no order
             (t for t in fresh if t.status is Status.PENDING and t.reason is None),
@@ -879,14 +886,13 @@ def _waiting_counted() -> list[sa.Select[Any]]:
     are few. A waiting row whose job row is neither Pending nor Aborting (deleted or edited by
     hand) is counted here and not read by ``waiting_rows``: the book learns of it when it is
     loaded (``QueueBook.load``)."""
-    queue = (TaskProgressRow.cluster_id, TaskProgressRow.topology)
     waiting = TaskProgressRow.phase == Phase.WAITING.value
-    aborting = sa.select(JobRow.id).where(JobRow.status == Status.ABORTING.value)
+    aborting = sa.select(JobRow.id).where(_IS_ABORTING)
     return [
-        _tick_part("waiting", queue=queue, n=sa.func.count()).where(waiting).group_by(*queue),
-        _tick_part("waiting_aborting", queue=queue, n=sa.func.count())
+        _tick_part("waiting", queue=_QUEUE, n=sa.func.count()).where(waiting).group_by(*_QUEUE),
+        _tick_part("waiting_aborting", queue=_QUEUE, n=sa.func.count())
         .where(waiting, TaskProgressRow.task_id.in_(aborting))
-        .group_by(*queue),
+        .group_by(*_QUEUE),
     ]
 
 
