@@ -1,25 +1,36 @@
 """The reads every reconcile round and every dispatcher tick make when nothing changed.
 
-Each round reads, in its one transaction, the tasks that reached Running since its last read,
-the running ones upstream set to Aborting, and how many run (``running_changes``; README, "The
-round keeps the running tasks in memory"). Each tick reads the rows upstream inserted, the rows
+Each round reads the tasks that reached Running since its last read, the running ones upstream
+set to Aborting and how many run (README, "The round keeps the running tasks in memory"), the
+acquiring and releasing tasks' progress rows with the takers without a pool among them, and the
+pools it reaps and warms (``round_reads``). Each tick reads the rows upstream inserted, the rows
 set to Aborting and the queues whose slot a task holds, and every 30 s the waiting tasks per
-queue (``tick_reads``). Each is one statement, a UNION ALL of its parts.
+queue (``tick_reads``). Each is one statement, a UNION ALL of its parts, read outside a
+transaction (``read_scope``: the statement is its only round trip).
 
 This fills a throwaway MariaDB (or a SQLite file) with ``--running`` running tasks, ``--waiting``
-waiting, ``--done`` done ones and an acquiring one per queue, as the scale benchmark's full size
-has them, and times each read, the statements it was made of in one transaction (as Falcon made
-them before), and each of those alone; every read in a transaction of its own.
+waiting, ``--done`` done ones, an acquiring one per queue and an idle pool per queue, as the
+scale benchmark's full size has them, and times each read as Falcon makes it, the same statement
+in a transaction, the statements it was made of in one transaction (as Falcon made them before),
+and each of those alone in a transaction of its own.
+
+``--busy-threads N`` runs N threads that only compute beside the reads, as the dispatcher's
+process has its lifecycle steps, watches and loops: a round trip then waits for the interpreter
+lock when it answers, up to the switch interval (the dispatcher's 1 ms, as here, or Python's
+5 ms with ``--switch-interval 0.005``), so the reads' time is mostly their number of round trips.
 
 Run:  .venv/bin/python benchmarks/bench_steady_reads.py [--db mariadb|sqlite] [--running 1000]
-      [--waiting 10000] [--done 10000] [--repeat 50]   (about 20 s)
+      [--waiting 10000] [--done 10000] [--repeat 50] [--busy-threads 0]
+      [--switch-interval 0.001]   (about 30 s)
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,15 +40,19 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "benchmarks")]  # read_timing.py
 
-from read_timing import database, timed_in_transactions  # noqa: E402
+from read_timing import database, timed_in_reads, timed_in_transactions  # noqa: E402
 
 from falcon.adapters.clock import utc_now  # noqa: E402
 from falcon.adapters.db import repository as repo  # noqa: E402
 from falcon.adapters.db.migrate import upgrade  # noqa: E402
-from falcon.adapters.db.orm import JobRow, TaskProgressRow  # noqa: E402
+from falcon.adapters.db.orm import JobRow, NodePoolRow, TaskProgressRow  # noqa: E402
 from falcon.adapters.db.session import engine_for, session_scope  # noqa: E402
-from falcon.domain.lifecycle import Phase  # noqa: E402
+from falcon.adapters.interpreter_lock import DISPATCHER_SWITCH_INTERVAL, lock_handed_over_every  # noqa: E402
+from falcon.domain.lifecycle import NodePool, Phase, PoolState  # noqa: E402
+from falcon.domain.model import ProvisioningMode  # noqa: E402
 from falcon.domain.status import Reason, Status  # noqa: E402
+from falcon.services.dispatching import ROUND_POOL_STATES  # noqa: E402
+from falcon.services.reconcile import SUPERVISED  # noqa: E402
 
 TOPOLOGIES = ["1x1", "2x2", "2x4", "4x4"]
 BATCH = 5_000
@@ -67,6 +82,18 @@ def fill(
             s.execute(sa.insert(TaskProgressRow), progress)
 
 
+def idle_pools(url: str, now: datetime) -> None:
+    """An idle pool per queue, as a drain keeps them between two of a queue's tasks."""
+    with session_scope(url) as s:
+        for i, topology in enumerate(TOPOLOGIES * 5):
+            cluster, name = f"c{i % 5}", f"falcon-idle-{i}"
+            mode = ProvisioningMode.FLEX_START
+            kept = NodePool(cluster, name, topology, "ct6e-standard-4t", mode, None, PoolState.IN_USE, "h")
+            repo.write_ahead_pool(s, kept, now)
+            s.flush()
+            assert repo.keep_pool(s, cluster, name, "h", now)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -76,34 +103,42 @@ def main() -> None:
     parser.add_argument("--waiting", type=int, default=10000)
     parser.add_argument("--done", type=int, default=10000)
     parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--busy-threads", type=int, default=0)
+    parser.add_argument("--switch-interval", type=float, default=DISPATCHER_SWITCH_INTERVAL)
     args = parser.parse_args()
     now = utc_now()
     since = now - timedelta(seconds=10)  # the last read, less the overlap: nothing new since
-    reads = steady_reads(now - timedelta(seconds=10))  # the last read, less the overlap
+    reads = steady_reads(since)
     with database(args.db) as url:
         upgrade(url)
         fill(url, "run", args.running, Status.RUNNING, Phase.RUNNING, now)
         fill(url, "wait", args.waiting, Status.PENDING, Phase.WAITING, now, Reason.WAITING)
         fill(url, "acq", len(TOPOLOGIES) * 5, Status.PENDING, Phase.ACQUIRING, now, Reason.PROVISIONING)
         fill(url, "done", args.done, Status.SUCCEEDED, Phase.DONE, now)
+        idle_pools(url, now)
         if args.db == "mariadb":  # fresh statistics, as the server keeps them for a settled table
             with engine_for(url).begin() as connection:
-                connection.execute(sa.text("ANALYZE TABLE job, falcon_task_progress"))
+                connection.execute(sa.text("ANALYZE TABLE job, falcon_task_progress, falcon_node_pool"))
         with session_scope(url) as s:
-            changes = repo.running_changes(s, since)
-            assert (changes.new, changes.count) == ([], args.running), "nothing new, all counted"
+            round_read = repo.round_reads(s, since, SUPERVISED, ROUND_POOL_STATES)
+            steady = (round_read.running.new, round_read.running.count, len(round_read.supervised))
+            assert steady == ([], args.running, 20), "nothing new, all counted, one acquiring per queue"
+            assert len(round_read.pools) == 20, "an idle pool per queue"
             ticks = repo.tick_reads(s, 500, with_counts=True)
             assert (ticks.new, ticks.aborting, len(ticks.acquiring_queues)) == ([], [], 20), "steady"
             assert sum((ticks.waiting_counts or {}).values()) == args.waiting, "all waiting counted"
-        print(f"{args.db}, {args.running} running, {args.waiting} waiting, {args.done} done")
-        print(f"ms per read, median / p90 of {args.repeat}")
-        for label, (together, parts) in reads.items():
-            show(label + " (one statement)", url, together, args.repeat)
-            show(
-                f"  its {len(parts)} statements in one transaction", url, in_turn(parts.values()), args.repeat
-            )
-            for part, read in parts.items():
-                show(f"    {part}, alone", url, read, args.repeat)
+        print(f"{args.db}, {args.running} running, {args.waiting} waiting, {args.done} done, 20 idle pools")
+        beside = f"{args.busy_threads} busy threads beside, switch interval {args.switch_interval * 1e3:g} ms"
+        print(f"ms per read, median / p90 of {args.repeat}, {beside}")
+        with lock_handed_over_every(args.switch_interval), busy(args.busy_threads):
+            for label, (together, parts) in reads.items():
+                outside = timed_in_reads(url, together, args.repeat)
+                show(f"{label} (one statement, outside a transaction)", outside)
+                show("  the same in a transaction", timed_in_transactions(url, together, args.repeat))
+                made_of = f"  its {len(parts)} statements in one transaction"
+                show(made_of, timed_in_transactions(url, in_turn(parts.values()), args.repeat))
+                for part, read in parts.items():
+                    show(f"    {part}, alone", timed_in_transactions(url, read, args.repeat))
 
 
 Read = Callable[[Any], object]
@@ -111,10 +146,12 @@ Read = Callable[[Any], object]
 
 def steady_reads(since: datetime) -> dict[str, tuple[Read, dict[str, Read]]]:
     """Each read, as Falcon makes it, and the statements it was made of."""
-    running = repo._running(TaskProgressRow.task_id)
     queue = (TaskProgressRow.cluster_id, TaskProgressRow.topology)
     waiting = TaskProgressRow.phase == Phase.WAITING.value
     aborting = JobRow.status == Status.ABORTING.value
+    ready = sa.exists().where(
+        NodePoolRow.holder_task_id == TaskProgressRow.task_id, NodePoolRow.state == PoolState.IN_USE.value
+    )
     new = (
         sa.select(JobRow)
         .where(JobRow.status == Status.PENDING.value, JobRow.reason.is_(None))
@@ -144,13 +181,23 @@ def steady_reads(since: datetime) -> dict[str, tuple[Read, dict[str, Read]]]:
     }
     return {
         "the round's read": (
-            lambda s: repo.running_changes(s, since),
+            lambda s: repo.round_reads(s, since, SUPERVISED, ROUND_POOL_STATES),
             {
-                "new since the last read": lambda s: repo.running_tasks(s, since),
-                "set to Aborting": lambda s: list(s.scalars(running.where(aborting))),
-                "how many run": lambda s: s.scalar(
-                    sa.select(sa.func.count()).select_from(running.subquery())
-                ),
+                "running since the last read, Aborting, how many": lambda s: s.execute(
+                    sa.union_all(
+                        repo._running(*repo._RUNNING_COLUMNS, sa.literal(0)).where(
+                            TaskProgressRow.running_at >= since
+                        ),
+                        repo._running(*repo._RUNNING_COLUMNS, sa.literal(0)).where(aborting),
+                        repo._running(*(sa.null() for _ in repo._RUNNING_COLUMNS), sa.func.count()),
+                    )
+                ).all(),
+                "supervised progress, with the takers": lambda s: s.execute(
+                    sa.select(*repo._PROGRESS_COLUMNS, ready).where(
+                        TaskProgressRow.phase.in_([p.value for p in SUPERVISED])
+                    )
+                ).all(),
+                "pools": lambda s: repo.pools_in(s, ROUND_POOL_STATES),
             },
         ),
         "the tick's read": (lambda s: repo.tick_reads(s, 500, with_counts=False), tick_parts),
@@ -161,6 +208,26 @@ def steady_reads(since: datetime) -> dict[str, tuple[Read, dict[str, Read]]]:
     }
 
 
+@contextmanager
+def busy(threads: int) -> Iterator[None]:
+    """``threads`` threads that only compute, until the block ends."""
+    done = threading.Event()
+
+    def compute() -> None:
+        while not done.is_set():
+            sum(range(1000))
+
+    workers = [threading.Thread(target=compute, daemon=True) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        for worker in workers:
+            worker.join()
+
+
 def in_turn(reads: Iterable[Read]) -> Read:
     def read_all(session: Any) -> None:
         for read in reads:
@@ -169,9 +236,8 @@ def in_turn(reads: Iterable[Read]) -> Read:
     return read_all
 
 
-def show(label: str, url: str, read: Read, repeat: int) -> None:
-    median, p90 = timed_in_transactions(url, read, repeat)
-    print(f"  {label:52s} {median:6.2f} / {p90:6.2f}")
+def show(label: str, times: tuple[float, float]) -> None:
+    print(f"  {label:60s} {times[0]:6.2f} / {times[1]:6.2f}")
 
 
 if __name__ == "__main__":

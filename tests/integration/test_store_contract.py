@@ -28,7 +28,7 @@ from falcon.domain.lifecycle import (
     Progress,
     WaitingRow,
 )
-from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, RunningTask, Task
+from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, RunningChanges, RunningTask, Task
 from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.scheduling import WaitingTask
 from falcon.domain.status import IllegalTransitionError, Reason, Status
@@ -207,7 +207,7 @@ def test_running_tasks_are_the_phase_running_ones_with_their_rows(
     )
 
 
-def test_running_changes_are_the_tasks_running_since_a_moment_the_aborting_ones_and_the_count(
+def test_the_round_snapshot_reads_the_tasks_running_since_a_moment_the_aborting_ones_and_the_count(
     store: TaskStore, upstream: Upstream
 ) -> None:
     for task_id, at in (("early", T0), ("late", T2)):
@@ -217,13 +217,22 @@ def test_running_changes_are_the_tasks_running_since_a_moment_the_aborting_ones_
     acquiring(store, upstream, "acquires")
     assert upstream.abort("early")
     assert upstream.abort("acquires")  # aborting, but not running
-    changes = store.running_changes(T1)
-    assert [task.id for task in changes.new] == ["late"]
-    assert changes.new == [RunningTask.of(row(store, "late"), Q)]
-    assert (changes.aborting, changes.count) == ({"early"}, 2)
-    assert [task.id for task in store.running_changes(T2).new] == ["late"]  # at the moment: included
+
+    def changes(since: datetime | None) -> RunningChanges:
+        return store.round_snapshot(since, [Phase.ACQUIRING], []).running
+
+    assert [task.id for task in changes(T1).new] == ["late"]
+    assert changes(T1).new == [RunningTask.of(row(store, "late"), Q)]
+    assert (changes(T1).aborting, changes(T1).count) == ({"early"}, 2)
+    assert [task.id for task in changes(T2).new] == ["late"]  # at the moment: included
+    every = sorted(changes(None).new, key=lambda task: task.id)
+    assert every == sorted(store.running_tasks(), key=lambda task: task.id)
+    assert [(task.id, task.status) for task in every] == [
+        ("early", Status.ABORTING),
+        ("late", Status.RUNNING),
+    ]
     upstream.delete("late")  # its progress row stays: it counts nowhere, as running_tasks reads it
-    assert (store.running_changes(T0).count, len(store.running_tasks())) == (1, 1)
+    assert (changes(T0).count, len(store.running_tasks())) == (1, 1)
 
 
 def test_tasks_returns_only_the_known_ids(store: TaskStore, upstream: Upstream) -> None:
@@ -441,19 +450,28 @@ def test_takers_without_pool_are_acquiring_tasks_holding_no_ready_pool(
     assert store.takers_without_pool() == {Q2: 1}
 
 
-def test_progress_and_takers_are_the_two_reads_together(store: TaskStore, upstream: Upstream) -> None:
+def test_the_round_snapshot_reads_the_supervised_progress_its_takers_and_the_pools_as_apart(
+    store: TaskStore, upstream: Upstream
+) -> None:
     acquiring(store, upstream, "t1")
     acquiring(store, upstream, "t2")
     queued(store, upstream, "t3")
     store.write_ahead_pool(pool("p1", "t1"), T0)
     store.pool_ready("c1", "p1", T1)
-    phases = [Phase.ACQUIRING, Phase.RELEASING]
-    progress, takers = store.progress_and_takers(phases)
-    assert sorted(p.task_id for p in progress) == ["t1", "t2"]
-    assert progress == store.progress_in(phases)
-    assert takers == store.takers_without_pool() == {Q: 1}  # t1 holds a ready pool, t3 waits
+    store.write_ahead_pool(pool("late", "t2"), T2)
+    idle_pool(store, "kept", T1, Q2)  # recorded at T0, idle since T1
+    phases, states = [Phase.ACQUIRING, Phase.RELEASING], [PoolState.CREATING, PoolState.IDLE]
+    read = store.round_snapshot(T0, phases, states)
+    assert sorted(p.task_id for p in read.supervised) == ["t1", "t2"]
+    assert sorted(read.supervised, key=lambda p: p.task_id) == sorted(
+        store.progress_in(phases), key=lambda p: p.task_id
+    )
+    assert read.takers_without_pool == store.takers_without_pool() == {Q: 1}  # t1 holds a ready pool
+    assert [p.name for p in read.pools] == ["kept", "late"]  # oldest record first
+    assert read.pools == store.pools_in(states)  # every field as the read apart decodes it
+    assert read.pools[0].idle_since == T1
     with pytest.raises(ValueError, match="ACQUIRING"):
-        store.progress_and_takers([Phase.RELEASING])
+        store.round_snapshot(T0, [Phase.RELEASING], states)
 
 
 def test_queue_observations_are_intake_gaps_and_creation_times_per_mode(

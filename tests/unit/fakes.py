@@ -28,6 +28,7 @@ from falcon.domain.lifecycle import (
     Phase,
     PoolState,
     Progress,
+    RoundSnapshot,
     Snapshot,
     TaskView,
     WaitingRow,
@@ -328,13 +329,24 @@ class MemoryTaskStore:
     def running_tasks(self) -> list[RunningTask]:
         return self._running()
 
-    def running_changes(self, since: datetime) -> RunningChanges:
+    def round_snapshot(
+        self, since: datetime | None, phases: Sequence[Phase], pool_states: Sequence[PoolState]
+    ) -> RoundSnapshot:
+        if Phase.ACQUIRING not in phases:
+            raise ValueError("ACQUIRING must be among the phases")
         with self._tx():
             running = self._running()
-            return RunningChanges(
-                new=[t for t in running if t.id in self.running_at and self.running_at[t.id] >= since],
+            changes = RunningChanges(
+                new=[
+                    t
+                    for t in running
+                    if since is None or (t.id in self.running_at and self.running_at[t.id] >= since)
+                ],
                 aborting={t.id for t in running if t.status is Status.ABORTING},
                 count=len(running),
+            )
+            return RoundSnapshot(
+                changes, self.progress_in(phases), self.takers_without_pool(), self.pools_in(pool_states)
             )
 
     def _running(self) -> list[RunningTask]:
@@ -354,12 +366,6 @@ class MemoryTaskStore:
             if p.phase is Phase.ACQUIRING and p.task_id not in ready and p.queue is not None:
                 takers[p.queue] = takers.get(p.queue, 0) + 1
         return takers
-
-    def progress_and_takers(self, phases: Sequence[Phase]) -> tuple[list[Progress], dict[QueueKey, int]]:
-        if Phase.ACQUIRING not in phases:
-            raise ValueError("ACQUIRING must be among the phases")
-        with self._tx():
-            return self.progress_in(phases), self.takers_without_pool()
 
     def idle_count(self, queue: QueueKey) -> int:
         return sum(1 for p in self._pools_of(queue) if p.state is PoolState.IDLE)

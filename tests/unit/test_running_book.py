@@ -4,8 +4,9 @@ end is being written beside the round is not followed again meanwhile."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from tests.unit.fakes import (
     MemoryTaskStore,
@@ -17,7 +18,7 @@ from tests.unit.fakes import (
     running,
 )
 
-from falcon.domain.lifecycle import Phase, succeeded
+from falcon.domain.lifecycle import Phase, PoolState, RoundSnapshot, succeeded
 from falcon.domain.model import RunningTask, k8s_job_name_for
 from falcon.domain.status import Status
 from falcon.services import reconcile
@@ -27,13 +28,19 @@ from falcon.services.running_book import FULL_READ_SECONDS, OVERLAP, RunningBook
 
 
 class CountingStore(MemoryTaskStore):
-    """The fake store, counting the reads of every running row."""
+    """The fake store, counting the reads of every running row (by the round's read, or apart)."""
 
     full_reads = 0
 
     def running_tasks(self) -> list[RunningTask]:
         self.full_reads += 1
         return super().running_tasks()
+
+    def round_snapshot(
+        self, since: datetime | None, phases: Sequence[Phase], pool_states: Sequence[PoolState]
+    ) -> RoundSnapshot:
+        self.full_reads += since is None
+        return super().round_snapshot(since, phases, pool_states)
 
 
 def _services() -> tuple[Services, CountingStore]:
@@ -54,7 +61,15 @@ def _two_running_read_once() -> tuple[Services, CountingStore, RunningBook]:
 
 
 def _read(book: RunningBook, svc: Services) -> list[str]:
-    return sorted(task.id for task in book.read(svc.store, svc.clock.now()))
+    return sorted(task.id for task in _running(book, svc))
+
+
+def _running(book: RunningBook, svc: Services) -> list[RunningTask]:
+    """The book brought up to date as the round does it, from the round's read."""
+    now = svc.clock.now()
+    since = book.since(now)
+    read = svc.store.round_snapshot(since, reconcile.SUPERVISED, [])
+    return book.update(read.running, since, now, svc.store)
 
 
 def test_the_first_read_is_every_row_and_the_next_only_what_reached_running_since() -> None:
@@ -74,7 +89,7 @@ def test_an_upstream_abort_reaches_a_task_the_book_holds_without_reading_every_r
     svc, store, book = _two_running_read_once()
     svc.clock.advance(30)  # long past the overlap: t1 is not read as new again
     assert svc.store.request_abort("t1")
-    tasks = {task.id: task.status for task in book.read(svc.store, svc.clock.now())}
+    tasks = {task.id: task.status for task in _running(book, svc)}
     assert tasks == {"t1": Status.ABORTING, "t2": Status.RUNNING}
     assert store.full_reads == 1
 

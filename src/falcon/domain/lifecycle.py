@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from falcon.domain.messages import MessageKey, Messages
-from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, Task, TaskSpec
+from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, RunningChanges, Task, TaskSpec
 from falcon.domain.scheduling import WaitingTask
 from falcon.domain.status import Reason, Status
 from falcon.domain.topology import SliceShape
@@ -183,3 +183,13 @@ class Snapshot:
     waiting: list[WaitingRow] | None = None  # only when the queue book is (re)loaded
     last_actors: dict[QueueKey, str] | None = None
     waiting_counts: dict[QueueKey, int] | None = None  # only when the queue book is checked
+
+
+@dataclass(frozen=True)
+class RoundSnapshot:
+    """What every reconcile round reads, in one statement, before it follows and reaps."""
+
+    running: RunningChanges  # every running task when the read was asked for no moment
+    supervised: list[Progress]  # the progress rows in the phases asked for
+    takers_without_pool: dict[QueueKey, int]  # acquiring tasks not yet holding a ready pool
+    pools: list[NodePool]  # in the states asked for, oldest record first

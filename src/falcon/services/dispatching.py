@@ -63,6 +63,8 @@ FULL_RELOAD_EVERY = 10  # book checks (queue_refresh_seconds apart) between two 
 # A round follows its clusters, and makes their GKE calls, this many at once; as many threads
 # release the tasks whose Job ended, and as many start the runs that died (WorkBeside).
 ROUND_THREADS = 8
+# The pools each round reads: those it reaps, warms, or sees GKE create or delete.
+ROUND_POOL_STATES = (PoolState.CREATING, PoolState.IDLE, PoolState.DELETING)
 
 
 @dataclass
@@ -404,12 +406,13 @@ class Dispatcher:
     def _reconcile(self, report: TickReport, laps: Laps) -> None:
         svc = self.services
         waiting = self._waiting_counts
-        with svc.store.together() as store:  # every read in one transaction: its round trips are most of each
-            self._registry.read(store, svc.clock.monotonic())
-            running = self._running.read(store, svc.clock.now())
-            supervised, without_pool = store.progress_and_takers(reconcile.SUPERVISED)
-            pools = store.pools_in([PoolState.CREATING, PoolState.IDLE, PoolState.DELETING])
-            self._registry.meet(store, _cluster_ids(running, supervised, pools, waiting))
+        self._registry.read(svc.store, svc.clock.monotonic())
+        before = svc.clock.now()  # a task that reaches Running during the read is read next round
+        since = self._running.since(before)
+        read = svc.store.round_snapshot(since, reconcile.SUPERVISED, ROUND_POOL_STATES)
+        running = self._running.update(read.running, since, before, svc.store)
+        supervised, pools = read.supervised, read.pools
+        self._registry.meet(svc.store, _cluster_ids(running, supervised, pools, waiting))
         clusters, rules = self._registry.clusters, self._registry.rules
         waited_for = {queue.cluster_id for queue in waiting}
         seen = reconcile.find_endings(svc, clusters, waited_for, self._fan_out, running)
@@ -429,7 +432,7 @@ class Dispatcher:
         start = partial(reconcile.start_run, svc, read_before=True)
         self._starts.hand_over({p.task_id: partial(start, p) for p in needed})
         laps.lap("supervise")
-        takers = Counter(waiting) + Counter(without_pool)
+        takers = Counter(waiting) + Counter(read.takers_without_pool)
         now = svc.clock.now()
         targets = warm_targets(rules, now)
         warm = {queue: target.pools for queue, target in targets.items()}

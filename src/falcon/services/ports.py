@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from falcon.domain.events import ResourceView, TaskMove
-from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState, Progress, Snapshot
-from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, RunningChanges, RunningTask, Task
+from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState, Progress, RoundSnapshot, Snapshot
+from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, RunningTask, Task
 from falcon.domain.node_pools import NodePoolPlan, PoolStatus, ReservationRef
 from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.scheduling import ReservationCapacity
@@ -52,18 +52,17 @@ class TaskStore(Protocol):
     def clusters(self) -> list[Cluster]: ...
     def progress_in(self, phases: Sequence[Phase]) -> list[Progress]: ...
     def running_tasks(self) -> list[RunningTask]: ...
-    def running_changes(self, since: datetime) -> RunningChanges:
-        """The tasks that reached Running at ``since`` or later, the running ones set to Aborting,
-        and how many run in all, read together."""
+    def round_snapshot(
+        self, since: datetime | None, phases: Sequence[Phase], pool_states: Sequence[PoolState]
+    ) -> RoundSnapshot:
+        """Read together: the tasks that reached Running at ``since`` or later (``None``: every
+        running task), the running ones set to Aborting and how many run in all; the progress
+        rows in ``phases`` (ACQUIRING among them) and the takers without a pool counted among
+        them (as ``takers_without_pool``); the pools in ``pool_states``, oldest record first."""
         ...
 
     def waiting_count(self, queue: QueueKey, up_to: int) -> int: ...
     def takers_without_pool(self) -> dict[QueueKey, int]: ...
-    def progress_and_takers(self, phases: Sequence[Phase]) -> tuple[list[Progress], dict[QueueKey, int]]:
-        """``progress_in(phases)`` and ``takers_without_pool()`` read together (ACQUIRING among
-        ``phases``: the takers are counted among the rows read)."""
-        ...
-
     def idle_count(self, queue: QueueKey) -> int: ...
     def deletions_marked_since(self, cluster_id: str, since: datetime) -> int:
         """Pools of the cluster marked for deletion after ``since`` and not yet gone."""

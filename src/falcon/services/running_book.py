@@ -4,7 +4,7 @@ A round follows every running task's Job each second. Reading every running row 
 the round's heaviest step at scale (at 1 000 running tasks, a thousand rows decoded every
 second, for the one or two that changed). What following needs of a running row does not
 change while it runs (its Job's name, its dispatch time and timeout, its queue), but for one
-thing upstream may write at any moment: Aborting. So the round reads, in one transaction, the
+thing upstream may write at any moment: Aborting. So the round reads, in its one statement, the
 tasks that reached Running since its last read (their running_at, with ``OVERLAP`` for the
 clocks of the processes that wrote it and for their commits), the running ones set to
 Aborting, and how many run in all. The count is the safety net: when it is not the number the
@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from falcon.domain.model import RunningTask
+from falcon.domain.model import RunningChanges, RunningTask
 from falcon.domain.status import Status
 from falcon.services.ports import TaskStore
 
@@ -38,7 +38,7 @@ _NEVER = datetime.min.replace(tzinfo=UTC)  # before the first read: a full one i
 
 
 class RunningBook:
-    """The running tasks by id. ``read`` brings it up to date; ``forget`` drops tasks the round
+    """The running tasks by id. ``update`` brings it up to date; ``forget`` drops tasks the round
     moved out of Running (or found moved by another step); ``leaving`` drops tasks whose end the
     round handed over to be written beside it, which may still read as running until ``settled``."""
 
@@ -49,11 +49,20 @@ class RunningBook:
         self._read_at = _NEVER  # dispatcher clock, at the last read
         self._full_at = _NEVER  # ... and at the last full one
 
-    def read(self, store: TaskStore, now: datetime) -> list[RunningTask]:
-        """The running tasks now: what changed since the last read, or every row when due."""
+    def since(self, now: datetime) -> datetime | None:
+        """From when the round's read (``TaskStore.round_snapshot``) is to take the tasks that
+        reached Running: ``None``, every running task, when a full read is due."""
         if (now - self._full_at).total_seconds() >= self._full_read_seconds:
-            return self._read_all(store, now)
-        changes = store.running_changes(self._read_at - OVERLAP)
+            return None
+        return self._read_at - OVERLAP
+
+    def update(
+        self, changes: RunningChanges, since: datetime | None, now: datetime, store: TaskStore
+    ) -> list[RunningTask]:
+        """The running tasks now, from ``changes`` read from ``since``; every running row is read
+        again from ``store`` when the changes disagree with the book."""
+        if since is None:
+            return self._fill(changes.new, now)
         self._tasks.update((task.id, task) for task in changes.new if task.id not in self._leaving)
         for task_id in changes.aborting & self._tasks.keys():
             self._tasks[task_id] = replace(self._tasks[task_id], status=Status.ABORTING)
@@ -62,7 +71,7 @@ class RunningBook:
             changes.aborting - self._leaving <= self._tasks.keys()
         ):
             logger.info("event=running_book_drift book=%d running=%d", held, changes.count)
-            return self._read_all(store, now)
+            return self._fill(store.running_tasks(), now)
         self._read_at = now
         return list(self._tasks.values())
 
@@ -81,7 +90,7 @@ class RunningBook:
         again: the count then disagrees with the book)."""
         self._leaving.difference_update(task_ids)
 
-    def _read_all(self, store: TaskStore, now: datetime) -> list[RunningTask]:
-        self._tasks = {task.id: task for task in store.running_tasks() if task.id not in self._leaving}
+    def _fill(self, every: Iterable[RunningTask], now: datetime) -> list[RunningTask]:
+        self._tasks = {task.id: task for task in every if task.id not in self._leaving}
         self._read_at = self._full_at = now
         return list(self._tasks.values())

@@ -40,6 +40,7 @@ from falcon.domain.lifecycle import (
     Phase,
     PoolState,
     Progress,
+    RoundSnapshot,
     WaitingRow,
     check_phase_move,
 )
@@ -650,26 +651,103 @@ def _running_task(row: Any) -> RunningTask:
     )
 
 
-def running_changes(session: Session, since: datetime) -> RunningChanges:
-    """The tasks that reached Running since ``since`` (its running_at, on the progress rows'
-    phase index), the running ones upstream set to Aborting (few: found on the job table's status
-    index), and how many run in all (an aggregate: no row crosses the wire). One statement, a
-    UNION ALL of the three: under load each round trip, not the reads, was most of their time
-    (every round makes them)."""
-    new = _running(*_RUNNING_COLUMNS, sa.literal("new").label("kind"), sa.literal(0).label("n"))
-    aborting = _running(*_RUNNING_COLUMNS, sa.literal("aborting"), sa.literal(0))
-    counted = _running(*(sa.null() for _ in _RUNNING_COLUMNS), sa.literal("count"), sa.func.count())
+# -- the round's read ----------------------------------------------------------------------------
+
+# What a NodePool is read from (``_pool``).
+_POOL_COLUMNS = (
+    NodePoolRow.cluster_id,
+    NodePoolRow.name,
+    NodePoolRow.topology,
+    NodePoolRow.machine_type,
+    NodePoolRow.mode,
+    NodePoolRow.reservation,
+    NodePoolRow.state,
+    NodePoolRow.holder_task_id,
+    NodePoolRow.idle_since,
+)
+
+# Every column a part of the round's read may fill (``_part``).
+_ROUND_COLUMNS: dict[str, Any] = {
+    **{column.name: column for column in _RUNNING_COLUMNS},
+    **{column.name: column for column in _PROGRESS_COLUMNS},
+    "holds_ready_pool": sa.literal(True),
+    **{column.name: column for column in (*_POOL_COLUMNS, NodePoolRow.created_at)},
+    "n": sa.literal(0),
+}
+
+
+# Whether a progress row's task holds a ready pool: a taker without a pool if it acquires.
+_HOLDS_READY_POOL = (
+    sa.exists()
+    .where(NodePoolRow.holder_task_id == TaskProgressRow.task_id, NodePoolRow.state == PoolState.IN_USE.value)
+    .label("holds_ready_pool")
+)
+
+
+def _part(shape: dict[str, Any], kind: str, *columns: Any) -> sa.Select[Any]:
+    """One part of a read made as a UNION ALL: it has every column of ``shape`` (the name its
+    rows are read by: the column whose type it has), NULL where ``columns`` has none, and its
+    ``kind``. The first part's types decode every row, so each NULL is given its column's."""
+    given = {column.name: column for column in columns}
+    return sa.select(
+        sa.literal(kind).label("kind"),
+        *(
+            given[name].label(name) if name in given else sa.type_coerce(sa.null(), source.type).label(name)
+            for name, source in shape.items()
+        ),
+    )
+
+
+def _of_running(part: sa.Select[Any]) -> sa.Select[Any]:
+    """``part`` over the tasks in phase running, joined to their job rows (see ``_running``)."""
+    return (
+        part.select_from(TaskProgressRow)
+        .join(JobRow, JobRow.id == TaskProgressRow.task_id)
+        .where(TaskProgressRow.phase == Phase.RUNNING.value)
+    )
+
+
+def round_reads(
+    session: Session, since: datetime | None, phases: Sequence[Phase], pool_states: Sequence[PoolState]
+) -> RoundSnapshot:
+    """What every reconcile round reads, in one statement, a UNION ALL of its parts, each on its
+    own index: under load each round trip, not the reads, was most of their time.
+
+    - The tasks that reached Running at ``since`` or later (its running_at, on the progress rows'
+      phase index; ``None``: every running task), the running ones upstream set to Aborting
+      (few: found on the job table's status index), and how many run in all (an aggregate).
+    - The progress rows in ``phases`` (ACQUIRING among them), each with whether its task holds
+      a ready pool: the takers without one are counted among them.
+    - The node pools in ``pool_states``, oldest record first."""
+    if Phase.ACQUIRING not in phases:
+        raise ValueError("the takers are acquiring tasks: ACQUIRING must be among the phases")
+    new = _of_running(_part(_ROUND_COLUMNS, "new", *_RUNNING_COLUMNS))
     rows = session.execute(
         sa.union_all(
-            new.where(TaskProgressRow.running_at >= since),
-            aborting.where(_IS_ABORTING),
-            counted,
+            new if since is None else new.where(TaskProgressRow.running_at >= since),
+            _of_running(_part(_ROUND_COLUMNS, "aborting", TaskProgressRow.task_id)).where(_IS_ABORTING),
+            _of_running(_part(_ROUND_COLUMNS, "count", sa.func.count().label("n"))),
+            _part(_ROUND_COLUMNS, "supervised", *_PROGRESS_COLUMNS, _HOLDS_READY_POOL).where(
+                TaskProgressRow.phase.in_([p.value for p in phases])
+            ),
+            _part(_ROUND_COLUMNS, "pool", *_POOL_COLUMNS, NodePoolRow.created_at).where(
+                NodePoolRow.state.in_([s.value for s in pool_states])
+            ),
         )
     ).all()
-    return RunningChanges(
-        new=[_running_task(row) for row in rows if row.kind == "new"],
-        aborting={row.task_id for row in rows if row.kind == "aborting"},
-        count=next((int(row.n) for row in rows if row.kind == "count"), 0),
+    by_kind: dict[str, list[Any]] = {kind: [] for kind in ("new", "aborting", "count", "supervised", "pool")}
+    for row in rows:
+        by_kind[row.kind].append(row)
+    pools = sorted(by_kind["pool"], key=lambda row: row.created_at)  # a UNION keeps no order
+    return RoundSnapshot(
+        running=RunningChanges(
+            new=[_running_task(row) for row in by_kind["new"]],
+            aborting={row.task_id for row in by_kind["aborting"]},
+            count=sum(int(row.n) for row in by_kind["count"]),
+        ),
+        supervised=[_progress(row) for row in by_kind["supervised"]],
+        takers_without_pool=_takers(by_kind["supervised"]),
+        pools=[_pool(row) for row in pools],
     )
 
 
@@ -764,30 +842,21 @@ def waiting_count(session: Session, queue: QueueKey, up_to: int) -> int:
 def takers_without_pool(session: Session) -> dict[QueueKey, int]:
     """Acquiring tasks that hold no ready pool, per queue: each would take an idle pool of its
     queue at once (at provision, or by hand-over while its own is being created)."""
-    return progress_and_takers(session, [Phase.ACQUIRING])[1]
+    query = sa.select(TaskProgressRow.phase, *_QUEUE, _HOLDS_READY_POOL).where(
+        TaskProgressRow.phase == Phase.ACQUIRING.value
+    )
+    return _takers(session.execute(query))
 
 
-def progress_and_takers(
-    session: Session, phases: Sequence[Phase]
-) -> tuple[list[Progress], dict[QueueKey, int]]:
-    """The progress rows in ``phases`` (ACQUIRING among them) and, counted among them, the
-    ``takers_without_pool``: one statement where the round made two (under load its round trips,
-    not the reads, were most of its reads' time)."""
-    if Phase.ACQUIRING not in phases:
-        raise ValueError("the takers are acquiring tasks: ACQUIRING must be among the phases")
-    ready = sa.exists().where(
-        NodePoolRow.holder_task_id == TaskProgressRow.task_id, NodePoolRow.state == PoolState.IN_USE.value
+def _takers(progress_rows: Iterable[Any]) -> dict[QueueKey, int]:
+    """The takers without a pool among progress rows read with ``_HOLDS_READY_POOL``."""
+    return dict(
+        Counter(
+            _queue_of(row)
+            for row in progress_rows
+            if row.phase == Phase.ACQUIRING.value and not row.holds_ready_pool
+        )
     )
-    query = sa.select(*_PROGRESS_COLUMNS, ready.label("holds_ready_pool")).where(
-        TaskProgressRow.phase.in_([p.value for p in phases])
-    )
-    rows = session.execute(query).all()
-    takers = Counter(
-        QueueKey(row.cluster_id or "", row.topology or "")
-        for row in rows
-        if row.phase == Phase.ACQUIRING.value and not row.holds_ready_pool
-    )
-    return [_progress(row) for row in rows], dict(takers)
 
 
 def _waiting_in(queue: QueueKey) -> tuple[sa.ColumnElement[bool], ...]:
@@ -822,18 +891,14 @@ class TickRows(NamedTuple):
     waiting_counts: dict[QueueKey, int] | None  # only when asked: see ``_waiting_counted``
 
 
-def _tick_part(
-    kind: str, task_id: Any = None, phase: Any = None, queue: Sequence[Any] = (), n: Any = None
-) -> sa.Select[Any]:
-    """One part of the tick's read: every part has the same columns, NULL where it has none."""
-    return sa.select(
-        (sa.null() if task_id is None else task_id).label("task_id"),
-        (sa.null() if phase is None else phase).label("phase"),
-        (queue[0] if queue else sa.null()).label("queue_cluster_id"),
-        (queue[1] if queue else sa.null()).label("queue_topology"),
-        (sa.null() if n is None else n).label("n"),
-        sa.literal(kind).label("kind"),
-    )
+# Every column a part of the tick's read may fill (``_part``).
+_TICK_COLUMNS: dict[str, Any] = {
+    "task_id": JobRow.id,
+    "phase": TaskProgressRow.phase,
+    "cluster_id": TaskProgressRow.cluster_id,
+    "topology": TaskProgressRow.topology,
+    "n": sa.literal(0),
+}
 
 
 def tick_reads(session: Session, intake_batch: int, with_counts: bool) -> TickRows:
@@ -849,11 +914,11 @@ def tick_reads(session: Session, intake_batch: int, with_counts: bool) -> TickRo
         .subquery()
     )
     parts = [
-        _tick_part("new", oldest.c.id),
-        _tick_part("aborting", JobRow.id, TaskProgressRow.phase)
+        _part(_TICK_COLUMNS, "new", oldest.c.id.label("task_id")),
+        _part(_TICK_COLUMNS, "aborting", JobRow.id.label("task_id"), TaskProgressRow.phase)
         .join_from(JobRow, TaskProgressRow, TaskProgressRow.task_id == JobRow.id, isouter=True)
         .where(_IS_ABORTING),
-        _tick_part("acquiring", queue=_QUEUE)
+        _part(_TICK_COLUMNS, "acquiring", *_QUEUE)
         .where(TaskProgressRow.phase == Phase.ACQUIRING.value)
         .distinct(),
         *(_waiting_counted() if with_counts else []),
@@ -888,9 +953,10 @@ def _waiting_counted() -> list[sa.Select[Any]]:
     loaded (``QueueBook.load``)."""
     waiting = TaskProgressRow.phase == Phase.WAITING.value
     aborting = sa.select(JobRow.id).where(_IS_ABORTING)
+    counted = sa.func.count().label("n")
     return [
-        _tick_part("waiting", queue=_QUEUE, n=sa.func.count()).where(waiting).group_by(*_QUEUE),
-        _tick_part("waiting_aborting", queue=_QUEUE, n=sa.func.count())
+        _part(_TICK_COLUMNS, "waiting", *_QUEUE, counted).where(waiting).group_by(*_QUEUE),
+        _part(_TICK_COLUMNS, "waiting_aborting", *_QUEUE, counted)
         .where(waiting, TaskProgressRow.task_id.in_(aborting))
         .group_by(*_QUEUE),
     ]
@@ -905,7 +971,8 @@ def _waiting_counts(rows: Sequence[Any]) -> dict[QueueKey, int]:
 
 
 def _queue_of(row: Any) -> QueueKey:
-    return QueueKey(row.queue_cluster_id or "", row.queue_topology or "")
+    """The queue a row's cluster_id and topology name ("" for a column not set)."""
+    return QueueKey(row.cluster_id or "", row.topology or "")
 
 
 # -- queue rotation ------------------------------------------------------------------------------
@@ -935,7 +1002,8 @@ def record_pick(session: Session, queue: QueueKey, actor: str, now: datetime) ->
 # -- node pools ----------------------------------------------------------------------------------
 
 
-def _pool(row: NodePoolRow) -> NodePool:
+def _pool(row: Any) -> NodePool:
+    """A pool row as the domain's NodePool; ``row`` is the ORM object or a Core row of ``_POOL_COLUMNS``."""
     return NodePool(
         cluster_id=row.cluster_id,
         name=row.name,

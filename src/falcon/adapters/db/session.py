@@ -21,11 +21,26 @@ def engine_for(url: str) -> sa.Engine:
         engine = sa.create_engine(url, connect_args={"timeout": 30})
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         return engine
+    return _server_engine(url)
+
+
+@lru_cache(maxsize=8)
+def read_engine_for(url: str) -> sa.Engine:
+    """The engine of ``read_scope``: on a server, connections in autocommit that are never sent
+    a COMMIT or ROLLBACK (SQLAlchemy's ``skip_autocommit_rollback``)."""
+    if url.startswith("sqlite:///"):  # in process: no round trip to save
+        return engine_for(url)
+    return _server_engine(url, isolation_level="AUTOCOMMIT", skip_autocommit_rollback=True)
+
+
+def _server_engine(url: str, **options: Any) -> sa.Engine:
     # No rollback when a connection is returned: each comes back through a Connection or Session,
     # which ends its transaction itself (a commit, or a rollback on close), so the pool's rollback
     # was one more round trip after every commit. The last returned is handed out first, so the
     # dispatcher's loops keep using connections that are never idle long enough to be pinged.
-    engine = sa.create_engine(url, pool_recycle=1800, pool_use_lifo=True, pool_reset_on_return=None)
+    engine = sa.create_engine(
+        url, pool_recycle=1800, pool_use_lifo=True, pool_reset_on_return=None, **options
+    )
     sa.event.listen(engine, "checkin", _note_return)
     sa.event.listen(engine, "checkout", partial(_ping_if_idle, engine.dialect))
     return engine
@@ -79,5 +94,18 @@ def session_scope(url: str) -> Iterator[Session]:
     except BaseException:
         session.rollback()
         raise
+    finally:
+        session.close()
+
+
+@contextmanager
+def read_scope(url: str) -> Iterator[Session]:
+    """One read of a single statement, outside a transaction: on a server, the statement is the
+    only round trip (in a busy process each one waits for the interpreter lock at both ends; a
+    COMMIT after a read doubled its time). A statement is consistent in itself; two statements
+    here are not consistent with each other, and nothing may be written here."""
+    session = Session(read_engine_for(url))
+    try:
+        yield session
     finally:
         session.close()

@@ -10,10 +10,10 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from falcon.adapters.db import repository as repo
-from falcon.adapters.db.session import session_scope
+from falcon.adapters.db.session import read_scope, session_scope
 from falcon.adapters.metrics import IN_DATABASE
-from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState, Progress, Snapshot
-from falcon.domain.model import Cluster, QueueKey, RunningChanges, RunningTask, Task
+from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState, Progress, RoundSnapshot, Snapshot
+from falcon.domain.model import Cluster, QueueKey, RunningTask, Task
 from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.status import Reason, Status
 from falcon.domain.warm_pools import WarmRule
@@ -33,6 +33,15 @@ class SqlTaskStore:
                 yield session
 
     @contextmanager
+    def _read(self) -> Iterator[Session]:
+        """For a read of one statement: ``read_scope``, unless inside a transaction already."""
+        if self._session is not None:
+            yield self._session
+        else:
+            with IN_DATABASE.timing(), read_scope(self._url) as session:
+                yield session
+
+    @contextmanager
     def together(self) -> Iterator[SqlTaskStore]:
         with self._tx() as session:
             yield self if self._session is not None else SqlTaskStore(self._url, session)
@@ -46,7 +55,9 @@ class SqlTaskStore:
     # -- reads
 
     def snapshot(self, intake_batch: int, with_book: bool, with_counts: bool = False) -> Snapshot:
-        with self._tx() as s:
+        # A steady tick's read is one statement. The waiting rows and the queues' last actors
+        # are read in one transaction: the book loads from both as of one moment.
+        with self._tx() if with_book else self._read() as s:
             steady = repo.tick_reads(s, intake_batch, with_counts)
             new = steady.new
             return Snapshot(
@@ -62,67 +73,65 @@ class SqlTaskStore:
             )
 
     def task(self, task_id: str) -> Task | None:
-        with self._tx() as s:
+        with self._read() as s:
             return repo.get_task(s, task_id)
 
     def task_view_rows(self, task_id: str) -> tuple[Task | None, Cluster | None, Progress | None]:
-        with self._tx() as s:
+        with self._read() as s:
             return repo.task_view_rows(s, task_id)
 
     def tasks(self, task_ids: Iterable[str]) -> dict[str, Task]:
-        with self._tx() as s:
+        with self._read() as s:
             return repo.tasks_by_id(s, task_ids)
 
     def clusters(self) -> list[Cluster]:
-        with self._tx() as s:
+        with self._read() as s:
             return repo.list_clusters(s)
 
     def progress_in(self, phases: Sequence[Phase]) -> list[Progress]:
-        with self._tx() as s:
+        with self._read() as s:
             return repo.progress_in(s, phases)
 
     def running_tasks(self) -> list[RunningTask]:
-        with self._tx() as s:
+        with self._read() as s:
             return repo.running_tasks(s)
 
-    def running_changes(self, since: datetime) -> RunningChanges:
-        with self._tx() as s:
-            return repo.running_changes(s, since)
+    def round_snapshot(
+        self, since: datetime | None, phases: Sequence[Phase], pool_states: Sequence[PoolState]
+    ) -> RoundSnapshot:
+        with self._read() as s:
+            return repo.round_reads(s, since, phases, pool_states)
 
     def waiting_count(self, queue: QueueKey, up_to: int) -> int:
-        with self._tx() as s:
+        with self._read() as s:
             return repo.waiting_count(s, queue, up_to)
 
     def takers_without_pool(self) -> dict[QueueKey, int]:
-        with self._tx() as s:
+        with self._read() as s:
             return repo.takers_without_pool(s)
 
-    def progress_and_takers(self, phases: Sequence[Phase]) -> tuple[list[Progress], dict[QueueKey, int]]:
-        with self._tx() as s:
-            return repo.progress_and_takers(s, phases)
-
     def idle_count(self, queue: QueueKey) -> int:
-        with self._tx() as s:
+        with self._read() as s:
             return repo.idle_count(s, queue)
 
     def deletions_marked_since(self, cluster_id: str, since: datetime) -> int:
-        with self._tx() as s:
+        with self._read() as s:
             return repo.deletions_marked_since(s, cluster_id, since)
 
     def pool(self, cluster_id: str, name: str) -> NodePool | None:
-        with self._tx() as s:
+        with self._read() as s:
             return repo.get_pool(s, cluster_id, name)
 
     def pools_in(self, states: Sequence[PoolState]) -> list[NodePool]:
-        with self._tx() as s:
+        with self._read() as s:
             return repo.pools_in(s, states)
 
     def queue_pools(self, queue: QueueKey, states: Sequence[PoolState]) -> list[NodePool]:
-        with self._tx() as s:
+        with self._read() as s:
             return repo.queue_pools(s, queue, states)
 
     def held_pool(self, cluster_id: str, task_id: str) -> NodePool | None:
-        with self._tx() as s:
+        with self._read() as s:
             return repo.held_pool(s, cluster_id, task_id)
 
     # -- task writes
@@ -222,7 +231,7 @@ class SqlTaskStore:
             return repo.queue_observations(s, queues, gaps, creations)
 
     def fleet_gaps(self, arrivals: int) -> tuple[float, ...]:
-        with self._tx() as s:
+        with self._read() as s:
             return repo.fleet_gaps(s, arrivals)
 
     def beat(self, owner: str, now: datetime) -> None:
@@ -230,7 +239,7 @@ class SqlTaskStore:
             repo.beat(s, owner, now)
 
     def last_beat(self, owner: str) -> datetime | None:
-        with self._tx() as s:
+        with self._read() as s:
             return repo.last_beat(s, owner)
 
     def pool_ready(self, cluster_id: str, name: str, now: datetime) -> None:
@@ -268,7 +277,7 @@ class SqlTaskStore:
     # -- tidal warm pools
 
     def warm_rules(self) -> list[WarmRule]:
-        with self._tx() as s:
+        with self._read() as s:
             return repo.warm_rules(s)
 
     def add_warm_rule(self, rule: WarmRule) -> bool:
@@ -280,7 +289,7 @@ class SqlTaskStore:
             return repo.remove_warm_rule(s, name)
 
     def warm_origin(self, cluster_id: str, name: str) -> str | None:
-        with self._tx() as s:
+        with self._read() as s:
             return repo.warm_origin(s, cluster_id, name)
 
     def warm_pool_ready(self, cluster_id: str, name: str, now: datetime) -> bool:
