@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 
 from sqlalchemy.orm import Session
@@ -24,21 +24,19 @@ class SqlTaskStore:
         self._url = url
         self._session = session
 
-    @contextmanager
-    def _tx(self) -> Iterator[Session]:
-        if self._session is not None:
-            yield self._session
-        else:
-            with IN_DATABASE.timing(), session_scope(self._url) as session:
-                yield session
+    def _tx(self) -> AbstractContextManager[Session]:
+        return self._within(session_scope)
+
+    def _read(self) -> AbstractContextManager[Session]:
+        """For a read of one statement: ``read_scope``, unless inside a transaction already."""
+        return self._within(read_scope)
 
     @contextmanager
-    def _read(self) -> Iterator[Session]:
-        """For a read of one statement: ``read_scope``, unless inside a transaction already."""
+    def _within(self, scope: Callable[[str], AbstractContextManager[Session]]) -> Iterator[Session]:
         if self._session is not None:
             yield self._session
         else:
-            with IN_DATABASE.timing(), read_scope(self._url) as session:
+            with IN_DATABASE.timing(), scope(self._url) as session:
                 yield session
 
     @contextmanager
