@@ -185,11 +185,13 @@ def steady_reads(since: datetime) -> dict[str, tuple[Read, dict[str, Read]]]:
             {
                 "running since the last read, Aborting, how many": lambda s: s.execute(
                     sa.union_all(
-                        repo._running(*repo._RUNNING_COLUMNS, sa.literal(0)).where(
+                        repo._of_running(sa.select(*repo._RUNNING_COLUMNS, sa.literal(0))).where(
                             TaskProgressRow.running_at >= since
                         ),
-                        repo._running(*repo._RUNNING_COLUMNS, sa.literal(0)).where(aborting),
-                        repo._running(*(sa.null() for _ in repo._RUNNING_COLUMNS), sa.func.count()),
+                        repo._of_running(sa.select(*repo._RUNNING_COLUMNS, sa.literal(0))).where(aborting),
+                        repo._of_running(
+                            sa.select(*(sa.null() for _ in repo._RUNNING_COLUMNS), sa.func.count())
+                        ),
                     )
                 ).all(),
                 "supervised progress, with the takers": lambda s: s.execute(
