@@ -3,10 +3,12 @@
 Each round reads the tasks that reached Running since its last read, the running ones upstream
 set to Aborting and how many run (README, "The round keeps the running tasks in memory"), the
 acquiring and releasing tasks' progress rows with the takers without a pool among them, and the
-pools it reaps and warms (``round_reads``). Each tick reads the rows upstream inserted, the rows
-set to Aborting and the queues whose slot a task holds, and every 30 s the waiting tasks per
-queue (``tick_reads``). Each is one statement, a UNION ALL of its parts, read outside a
-transaction (``read_scope``: the statement is its only round trip), its statement built once.
+pools it reaps and warms (``round_reads``), with the share of the running tasks it reads again
+(``RunningBook``); every running task at start and after a drift. Each tick reads the rows
+upstream inserted, the rows set to Aborting and the queues whose slot a task holds, and every
+30 s the waiting tasks per queue (``tick_reads``). Each is one statement, a UNION ALL of its
+parts, read outside a transaction (``read_scope``: the statement is its only round trip), its
+statement built once.
 
 This fills a throwaway MariaDB (or a SQLite file) with ``--running`` running tasks, ``--waiting``
 waiting, ``--done`` done ones, an acquiring one per queue and an idle pool per queue, as the
@@ -49,10 +51,11 @@ from falcon.adapters.db.orm import JobRow, NodePoolRow, TaskProgressRow  # noqa:
 from falcon.adapters.db.session import engine_for, session_scope  # noqa: E402
 from falcon.adapters.interpreter_lock import DISPATCHER_SWITCH_INTERVAL, lock_handed_over_every  # noqa: E402
 from falcon.domain.lifecycle import NodePool, Phase, PoolState  # noqa: E402
-from falcon.domain.model import ProvisioningMode  # noqa: E402
+from falcon.domain.model import ProvisioningMode, RunningRead  # noqa: E402
 from falcon.domain.status import Reason, Status  # noqa: E402
 from falcon.services.dispatching import ROUND_POOL_STATES  # noqa: E402
 from falcon.services.reconcile import SUPERVISED  # noqa: E402
+from falcon.services.running_book import RECHECK_ROUNDS  # noqa: E402
 
 TOPOLOGIES = ["1x1", "2x2", "2x4", "4x4"]
 BATCH = 5_000
@@ -108,7 +111,9 @@ def main() -> None:
     args = parser.parse_args()
     now = utc_now()
     since = now - timedelta(seconds=10)  # the last read, less the overlap: nothing new since
-    reads = steady_reads(since)
+    share = -(-args.running // RECHECK_ROUNDS)  # the book's tasks a round reads again
+    asked = RunningRead(since, tuple(f"run-{i:06d}" for i in range(share)))
+    reads = steady_reads(asked)
     with database(args.db) as url:
         upgrade(url)
         fill(url, "run", args.running, Status.RUNNING, Phase.RUNNING, now)
@@ -120,9 +125,10 @@ def main() -> None:
             with engine_for(url).begin() as connection:
                 connection.execute(sa.text("ANALYZE TABLE job, falcon_task_progress, falcon_node_pool"))
         with session_scope(url) as s:
-            round_read = repo.round_reads(s, since, SUPERVISED, ROUND_POOL_STATES)
+            round_read = repo.round_reads(s, asked, SUPERVISED, ROUND_POOL_STATES)
             steady = (round_read.running.new, round_read.running.count, len(round_read.supervised))
             assert steady == ([], args.running, 20), "nothing new, all counted, one acquiring per queue"
+            assert len(round_read.running.rechecked) == share, "the share read again"
             assert len(round_read.pools) == 20, "an idle pool per queue"
             ticks = repo.tick_reads(s, 500, with_counts=True)
             assert (ticks.new, ticks.aborting, len(ticks.acquiring_queues)) == ([], [], 20), "steady"
@@ -136,7 +142,7 @@ def main() -> None:
                 show(f"{label} (one statement, outside a transaction)", outside)
                 show("  the same, its statement built anew", timed_in_reads(url, anew(together), args.repeat))
                 show("  the same in a transaction", timed_in_transactions(url, together, args.repeat))
-                made_of = f"  its {len(parts)} statements in one transaction"
+                made_of = f"  its {len(parts)} statement{'s' if len(parts) > 1 else ''} in one transaction"
                 show(made_of, timed_in_transactions(url, in_turn(parts.values()), args.repeat))
                 for part, read in parts.items():
                     show(f"    {part}, alone", timed_in_transactions(url, read, args.repeat))
@@ -157,8 +163,9 @@ def anew(read: Read) -> Read:
     return built_anew
 
 
-def steady_reads(since: datetime) -> dict[str, tuple[Read, dict[str, Read]]]:
+def steady_reads(asked: RunningRead) -> dict[str, tuple[Read, dict[str, Read]]]:
     """Each read, as Falcon makes it, and the statements it was made of."""
+    since = asked.since
     queue = (TaskProgressRow.cluster_id, TaskProgressRow.topology)
     waiting = TaskProgressRow.phase == Phase.WAITING.value
     aborting = JobRow.status == Status.ABORTING.value
@@ -194,7 +201,7 @@ def steady_reads(since: datetime) -> dict[str, tuple[Read, dict[str, Read]]]:
     }
     return {
         "the round's read": (
-            lambda s: repo.round_reads(s, since, SUPERVISED, ROUND_POOL_STATES),
+            lambda s: repo.round_reads(s, asked, SUPERVISED, ROUND_POOL_STATES),
             {
                 "running since the last read, Aborting, how many": lambda s: s.execute(
                     sa.union_all(
@@ -214,6 +221,10 @@ def steady_reads(since: datetime) -> dict[str, tuple[Read, dict[str, Read]]]:
                 ).all(),
                 "pools": lambda s: repo.pools_in(s, ROUND_POOL_STATES),
             },
+        ),
+        "the round's read of every running task (at start, after a drift)": (
+            lambda s: repo.round_reads(s, RunningRead(None), SUPERVISED, ROUND_POOL_STATES),
+            {"every running task": repo.running_tasks},
         ),
         "the tick's read": (lambda s: repo.tick_reads(s, 500, with_counts=False), tick_parts),
         "the tick's read with the counts": (

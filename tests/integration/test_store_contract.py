@@ -28,7 +28,15 @@ from falcon.domain.lifecycle import (
     Progress,
     WaitingRow,
 )
-from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, RunningChanges, RunningTask, Task
+from falcon.domain.model import (
+    Cluster,
+    ProvisioningMode,
+    QueueKey,
+    RunningChanges,
+    RunningRead,
+    RunningTask,
+    Task,
+)
 from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.scheduling import WaitingTask
 from falcon.domain.status import IllegalTransitionError, Reason, Status
@@ -219,7 +227,7 @@ def test_the_round_snapshot_reads_the_tasks_running_since_a_moment_the_aborting_
     assert upstream.abort("acquires")  # aborting, but not running
 
     def changes(since: datetime | None) -> RunningChanges:
-        return store.round_snapshot(since, [Phase.ACQUIRING], []).running
+        return store.round_snapshot(RunningRead(since), [Phase.ACQUIRING], []).running
 
     assert [task.id for task in changes(T1).new] == ["late"]
     assert changes(T1).new == [RunningTask.of(row(store, "late"), Q)]
@@ -233,6 +241,29 @@ def test_the_round_snapshot_reads_the_tasks_running_since_a_moment_the_aborting_
     ]
     upstream.delete("late")  # its progress row stays: it counts nowhere, as running_tasks reads it
     assert (changes(T0).count, len(store.running_tasks())) == (1, 1)
+
+
+def test_the_round_snapshot_reads_again_those_of_the_tasks_asked_for_that_still_run(
+    store: TaskStore, upstream: Upstream
+) -> None:
+    for task_id in ("runs", "ends", "gone"):
+        acquiring(store, upstream, task_id)
+        assert store.mark_dispatched(task_id, f"falcon-{task_id}", f"uid-{task_id}", "dispatched", T0)
+        assert store.mark_running(task_id, "running", T0)
+    acquiring(store, upstream, "acquires")
+    ended = Outcome(Status.SUCCEEDED, None, "done")
+    assert store.start_releasing("ends", ended, [Phase.RUNNING], "releasing", T1)
+    upstream.delete("gone")  # a progress row without its job row runs nowhere
+    assert upstream.abort("runs")
+
+    def rechecked(asked: RunningRead) -> list[RunningTask]:
+        return store.round_snapshot(asked, [Phase.ACQUIRING], []).running.rechecked
+
+    asked = ("runs", "ends", "gone", "acquires", "unknown")
+    assert rechecked(RunningRead(T2, asked)) == [RunningTask.of(row(store, "runs"), Q)]  # as it reads now
+    assert rechecked(RunningRead(T2, asked)) == [t for t in store.running_tasks() if t.id == "runs"]
+    assert rechecked(RunningRead(T2)) == []
+    assert rechecked(RunningRead(None, asked)) == []  # every running task is read as new then
 
 
 def test_tasks_returns_only_the_known_ids(store: TaskStore, upstream: Upstream) -> None:
@@ -461,7 +492,7 @@ def test_the_round_snapshot_reads_the_supervised_progress_its_takers_and_the_poo
     store.write_ahead_pool(pool("late", "t2"), T2)
     idle_pool(store, "kept", T1, Q2)  # recorded at T0, idle since T1
     phases, states = [Phase.ACQUIRING, Phase.RELEASING], [PoolState.CREATING, PoolState.IDLE]
-    read = store.round_snapshot(T0, phases, states)
+    read = store.round_snapshot(RunningRead(T0), phases, states)
     assert sorted(p.task_id for p in read.supervised) == ["t1", "t2"]
     assert sorted(read.supervised, key=lambda p: p.task_id) == sorted(
         store.progress_in(phases), key=lambda p: p.task_id
@@ -471,7 +502,7 @@ def test_the_round_snapshot_reads_the_supervised_progress_its_takers_and_the_poo
     assert read.pools == store.pools_in(states)  # every field as the read apart decodes it
     assert read.pools[0].idle_since == T1
     with pytest.raises(ValueError, match="ACQUIRING"):
-        store.round_snapshot(T0, [Phase.RELEASING], states)
+        store.round_snapshot(RunningRead(T0), [Phase.RELEASING], states)
 
 
 def test_queue_observations_are_intake_gaps_and_creation_times_per_mode(

@@ -41,6 +41,7 @@ from falcon.domain.model import (
     ProvisioningMode,
     QueueKey,
     RunningChanges,
+    RunningRead,
     RunningTask,
     Task,
 )
@@ -330,20 +331,22 @@ class MemoryTaskStore:
         return self._running()
 
     def round_snapshot(
-        self, since: datetime | None, phases: Sequence[Phase], pool_states: Sequence[PoolState]
+        self, running: RunningRead, phases: Sequence[Phase], pool_states: Sequence[PoolState]
     ) -> RoundSnapshot:
         if Phase.ACQUIRING not in phases:
             raise ValueError("ACQUIRING must be among the phases")
+        since = running.since
         with self._tx():
-            running = self._running()
+            tasks = self._running()
             changes = RunningChanges(
                 new=[
                     t
-                    for t in running
+                    for t in tasks
                     if since is None or (t.id in self.running_at and self.running_at[t.id] >= since)
                 ],
-                aborting={t.id for t in running if t.status is Status.ABORTING},
-                count=len(running),
+                aborting={t.id for t in tasks if t.status is Status.ABORTING},
+                count=len(tasks),
+                rechecked=[t for t in tasks if since is not None and t.id in running.recheck],
             )
             return RoundSnapshot(
                 changes, self.progress_in(phases), self.takers_without_pool(), self.pools_in(pool_states)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
@@ -330,15 +330,26 @@ class RunningTask:
 
 
 @dataclass(frozen=True)
+class RunningRead:
+    """What a round that keeps the running tasks in memory (``RunningBook``) asks the round's
+    read to take of them."""
+
+    since: datetime | None  # the tasks that reached Running at or after it; None: every one
+    recheck: tuple[str, ...] = ()  # tasks the memory holds, read again whether or not they changed
+
+
+@dataclass(frozen=True)
 class RunningChanges:
     """What changed among the running tasks since a moment, for a round that keeps them in
     memory (``RunningBook``): the tasks that reached Running since then, the running ones
     upstream set to Aborting, and how many are running in all (read together, so the count
-    says whether the memory still holds them all)."""
+    says whether the memory still holds them all); and those of the tasks asked to be read
+    again that still run, as their rows read now."""
 
     new: list[RunningTask]
     aborting: set[str]
     count: int
+    rechecked: list[RunningTask] = field(default_factory=list)
 
 
 class ProvisioningMode(StrEnum):

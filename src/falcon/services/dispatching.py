@@ -408,9 +408,9 @@ class Dispatcher:
         waiting = self._waiting_counts
         self._registry.read(svc.store, svc.clock.monotonic())
         before = svc.clock.now()  # a task that reaches Running during the read is read next round
-        since = self._running.since(before)
-        read = svc.store.round_snapshot(since, reconcile.SUPERVISED, ROUND_POOL_STATES)
-        running = self._running.update(read.running, since, before, svc.store)
+        asked = self._running.next_read()
+        read = svc.store.round_snapshot(asked, reconcile.SUPERVISED, ROUND_POOL_STATES)
+        running = self._running.update(read.running, asked, before, svc.store)
         supervised, pools = read.supervised, read.pools
         self._registry.meet(svc.store, _cluster_ids(running, supervised, pools, waiting))
         clusters, rules = self._registry.clusters, self._registry.rules

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from falcon.domain.events import ResourceView, TaskMove
 from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState, Progress, RoundSnapshot, Snapshot
-from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, RunningTask, Task
+from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, RunningRead, RunningTask, Task
 from falcon.domain.node_pools import NodePoolPlan, PoolStatus, ReservationRef
 from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.scheduling import ReservationCapacity
@@ -53,10 +53,11 @@ class TaskStore(Protocol):
     def progress_in(self, phases: Sequence[Phase]) -> list[Progress]: ...
     def running_tasks(self) -> list[RunningTask]: ...
     def round_snapshot(
-        self, since: datetime | None, phases: Sequence[Phase], pool_states: Sequence[PoolState]
+        self, running: RunningRead, phases: Sequence[Phase], pool_states: Sequence[PoolState]
     ) -> RoundSnapshot:
-        """Read together: the tasks that reached Running at ``since`` or later (``None``: every
-        running task), the running ones set to Aborting and how many run in all; the progress
+        """Read together: the tasks that reached Running at ``running.since`` or later (``None``:
+        every running task), those of ``running.recheck`` that still run, the running ones set to
+        Aborting and how many run in all; the progress
         rows in ``phases`` (ACQUIRING among them) and the takers without a pool counted among
         them (as ``takers_without_pool``); the pools in ``pool_states``, oldest record first."""
         ...

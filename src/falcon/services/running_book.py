@@ -9,9 +9,13 @@ tasks that reached Running since its last read (their running_at, with ``OVERLAP
 clocks of the processes that wrote it and for their commits), the running ones set to
 Aborting, and how many run in all. The count is the safety net: when it is not the number the
 book holds (a task reached Running with a running_at older than the overlap, or another step
-moved one out of Running), the book reads every running row again, in the same round. It does
-so every ``FULL_READ_SECONDS`` too, for what a count cannot see (a row moved in as another
-moved out; a column upstream rewrote).
+moved one out of Running), the book reads every running row again, in the same round. For what
+a count cannot see (a row moved in as another moved out; a column upstream rewrote), each read
+also takes again a share of the tasks the book holds, so that every one is read again within
+``RECHECK_ROUNDS`` rounds: a task no longer running is dropped (and the count then sends the book
+back to every row), a rewritten one is taken as it reads. Reading every row every minute
+instead was the round's slowest read (23 ms at 1 000 running tasks on an idle MariaDB, ten
+times that at 10 000), and so its p99; its share costs each round a few rows.
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
-from falcon.domain.model import RunningChanges, RunningTask
+from falcon.domain.model import RunningChanges, RunningRead, RunningTask
 from falcon.domain.status import Status
 from falcon.services.ports import TaskStore
 
@@ -31,10 +35,8 @@ logger = logging.getLogger(__name__)
 # clock against the dispatcher's, and a commit that lands after the read that began before it.
 OVERLAP = timedelta(seconds=10)
 
-# Every running row is read again at least this often (dispatcher clock seconds).
-FULL_READ_SECONDS = 60.0
-
-_NEVER = datetime.min.replace(tzinfo=UTC)  # before the first read: a full one is due
+# Every task the book holds is read again within this many rounds (a round a second: a minute).
+RECHECK_ROUNDS = 60
 
 
 class RunningBook:
@@ -42,28 +44,36 @@ class RunningBook:
     moved out of Running (or found moved by another step); ``leaving`` drops tasks whose end the
     round handed over to be written beside it, which may still read as running until ``settled``."""
 
-    def __init__(self, full_read_seconds: float = FULL_READ_SECONDS) -> None:
+    def __init__(self, recheck_rounds: int = RECHECK_ROUNDS) -> None:
         self._tasks: dict[str, RunningTask] = {}
         self._leaving: set[str] = set()
-        self._full_read_seconds = full_read_seconds
-        self._read_at = _NEVER  # dispatcher clock, at the last read
-        self._full_at = _NEVER  # ... and at the last full one
+        self._recheck_rounds = recheck_rounds
+        self._unchecked: list[str] = []  # the tasks not read again yet in this pass over the book
+        self._read_at: datetime | None = None  # dispatcher clock, at the last read
 
-    def since(self, now: datetime) -> datetime | None:
-        """From when the round's read (``TaskStore.round_snapshot``) is to take the tasks that
-        reached Running: ``None``, every running task, when a full read is due."""
-        if (now - self._full_at).total_seconds() >= self._full_read_seconds:
-            return None
-        return self._read_at - OVERLAP
+    def next_read(self) -> RunningRead:
+        """What the round's read (``TaskStore.round_snapshot``) is to take of the running tasks:
+        every one at first, then those that reached Running since the last read and the next
+        share of the book to read again."""
+        if self._read_at is None:
+            return RunningRead(since=None)
+        if not self._unchecked:
+            self._unchecked = list(self._tasks)
+        share = -(-len(self._tasks) // self._recheck_rounds)
+        recheck, self._unchecked = self._unchecked[:share], self._unchecked[share:]
+        return RunningRead(self._read_at - OVERLAP, tuple(recheck))
 
     def update(
-        self, changes: RunningChanges, since: datetime | None, now: datetime, store: TaskStore
+        self, changes: RunningChanges, asked: RunningRead, now: datetime, store: TaskStore
     ) -> list[RunningTask]:
-        """The running tasks now, from ``changes`` read from ``since``; every running row is read
-        again from ``store`` when the changes disagree with the book."""
-        if since is None:
+        """The running tasks now, from ``changes`` read as ``asked`` (at ``now``, by the dispatcher's
+        clock); every running row is read again from ``store`` when the changes disagree with the book."""
+        if asked.since is None:
             return self._fill(changes.new, now)
-        self._tasks.update((task.id, task) for task in changes.new if task.id not in self._leaving)
+        for task_id in set(asked.recheck).difference(task.id for task in changes.rechecked):
+            self._tasks.pop(task_id, None)  # no longer running: the count tells whether it ended unseen
+        self._take(changes.rechecked)
+        self._take(changes.new)
         for task_id in changes.aborting & self._tasks.keys():
             self._tasks[task_id] = replace(self._tasks[task_id], status=Status.ABORTING)
         held = len(self._tasks)
@@ -90,7 +100,11 @@ class RunningBook:
         again: the count then disagrees with the book)."""
         self._leaving.difference_update(task_ids)
 
+    def _take(self, read: Iterable[RunningTask]) -> None:
+        self._tasks.update((task.id, task) for task in read if task.id not in self._leaving)
+
     def _fill(self, every: Iterable[RunningTask], now: datetime) -> list[RunningTask]:
-        self._tasks = {task.id: task for task in every if task.id not in self._leaving}
-        self._read_at = self._full_at = now
+        self._tasks = {}
+        self._take(every)
+        self._read_at = now
         return list(self._tasks.values())

@@ -51,6 +51,7 @@ from falcon.domain.model import (
     ProvisioningMode,
     QueueKey,
     RunningChanges,
+    RunningRead,
     RunningTask,
     Task,
 )
@@ -702,14 +703,21 @@ def _part(shape: dict[str, Any], kind: str, *columns: Any) -> sa.Select[Any]:
 
 @functools.cache
 def _round_statement(
-    every_running: bool, phases: tuple[Phase, ...], pool_states: tuple[PoolState, ...]
+    every_running: bool, rechecks: bool, phases: tuple[Phase, ...], pool_states: tuple[PoolState, ...]
 ) -> sa.CompoundSelect[Any]:
-    """``round_reads``' statement, built once per form (``since`` is its parameter): building
-    its five parts took 1.6 ms of the interpreter a round, and the cache key of a statement
-    built anew 0.4 ms more; a statement kept is keyed once."""
+    """``round_reads``' statement, built once per form (every running task or those since the
+    ``since`` parameter; with or without a ``recheck`` part): building its parts took 1.6 ms of
+    the interpreter a round, and the cache key of a statement built anew 0.4 ms more; a
+    statement kept is keyed once."""
     new = _of_running(_part(_ROUND_COLUMNS, "new", *_RUNNING_COLUMNS))
+    recheck = TaskProgressRow.task_id.in_(sa.bindparam("recheck", expanding=True))
     return sa.union_all(
         new if every_running else new.where(TaskProgressRow.running_at >= sa.bindparam("since")),
+        *(
+            [_of_running(_part(_ROUND_COLUMNS, "rechecked", *_RUNNING_COLUMNS)).where(recheck)]
+            if rechecks
+            else []
+        ),
         _of_running(_part(_ROUND_COLUMNS, "aborting", TaskProgressRow.task_id)).where(_IS_ABORTING),
         _of_running(_part(_ROUND_COLUMNS, "count", sa.func.count().label("n"))),
         _part(_ROUND_COLUMNS, "supervised", *_PROGRESS_COLUMNS, _HOLDS_READY_POOL).where(
@@ -722,22 +730,32 @@ def _round_statement(
 
 
 def round_reads(
-    session: Session, since: datetime | None, phases: Sequence[Phase], pool_states: Sequence[PoolState]
+    session: Session, running: RunningRead, phases: Sequence[Phase], pool_states: Sequence[PoolState]
 ) -> RoundSnapshot:
     """What every reconcile round reads, in one statement, a UNION ALL of its parts, each on its
     own index: under load each round trip, not the reads, was most of their time.
 
-    - The tasks that reached Running at ``since`` or later (its running_at, on the progress rows'
-      phase index; ``None``: every running task), the running ones upstream set to Aborting
-      (few: found on the job table's status index), and how many run in all (an aggregate).
+    - The tasks that reached Running at ``running.since`` or later (its running_at, on the
+      progress rows' phase index; ``None``: every running task), those of ``running.recheck``
+      still running (by id), the running ones upstream set to Aborting (few: found on the job
+      table's status index), and how many run in all (an aggregate).
     - The progress rows in ``phases`` (ACQUIRING among them), each with whether its task holds
       a ready pool: the takers without one are counted among them.
     - The node pools in ``pool_states``, oldest record first."""
     if Phase.ACQUIRING not in phases:
         raise ValueError("the takers are acquiring tasks: ACQUIRING must be among the phases")
-    statement = _round_statement(since is None, tuple(phases), tuple(pool_states))
-    rows = session.execute(statement, {} if since is None else {"since": since}).all()
-    by_kind: dict[str, list[Any]] = {kind: [] for kind in ("new", "aborting", "count", "supervised", "pool")}
+    parameters: dict[str, Any] = {}
+    if running.since is not None:  # else every running task is read, those to recheck among them
+        parameters["since"] = running.since
+        if running.recheck:
+            parameters["recheck"] = list(running.recheck)
+    statement = _round_statement(
+        "since" not in parameters, "recheck" in parameters, tuple(phases), tuple(pool_states)
+    )
+    rows = session.execute(statement, parameters).all()
+    by_kind: dict[str, list[Any]] = {
+        kind: [] for kind in ("new", "rechecked", "aborting", "count", "supervised", "pool")
+    }
     for row in rows:
         by_kind[row.kind].append(row)
     pools = sorted(by_kind["pool"], key=lambda row: row.created_at)  # a UNION keeps no order
@@ -746,6 +764,7 @@ def round_reads(
             new=[_running_task(row) for row in by_kind["new"]],
             aborting={row.task_id for row in by_kind["aborting"]},
             count=sum(int(row.n) for row in by_kind["count"]),
+            rechecked=[_running_task(row) for row in by_kind["rechecked"]],
         ),
         supervised=[_progress(row) for row in by_kind["supervised"]],
         takers_without_pool=_takers(by_kind["supervised"]),

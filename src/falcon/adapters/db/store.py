@@ -13,7 +13,7 @@ from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import read_scope, session_scope
 from falcon.adapters.metrics import IN_DATABASE
 from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState, Progress, RoundSnapshot, Snapshot
-from falcon.domain.model import Cluster, QueueKey, RunningTask, Task
+from falcon.domain.model import Cluster, QueueKey, RunningRead, RunningTask, Task
 from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.status import Reason, Status
 from falcon.domain.warm_pools import WarmRule
@@ -95,10 +95,10 @@ class SqlTaskStore:
             return repo.running_tasks(s)
 
     def round_snapshot(
-        self, since: datetime | None, phases: Sequence[Phase], pool_states: Sequence[PoolState]
+        self, running: RunningRead, phases: Sequence[Phase], pool_states: Sequence[PoolState]
     ) -> RoundSnapshot:
         with self._read() as s:
-            return repo.round_reads(s, since, phases, pool_states)
+            return repo.round_reads(s, running, phases, pool_states)
 
     def waiting_count(self, queue: QueueKey, up_to: int) -> int:
         with self._read() as s:
