@@ -949,7 +949,8 @@ def tick_reads(session: Session, intake_batch: int, with_counts: bool) -> TickRo
     """The tick's reads in one statement, a UNION ALL of its parts, each on its own index: under
     load each round trip, not the reads, was most of their time (every tick makes them). The
     rows of new and Aborting tasks, which a steady tick has none of, are read after it when there
-    are some: their TEXT columns would make MariaDB build the UNION's result on disk."""
+    are some: with their TEXT columns in the subquery that orders and limits the new rows, MariaDB
+    built that subquery on disk (``Created_tmp_disk_tables``, one a read)."""
     rows = session.execute(_tick_statement(intake_batch, with_counts)).all()
     new_ids = [row.task_id for row in rows if row.kind == "new"]
     phases = {row.task_id: row.phase for row in rows if row.kind == "aborting"}
