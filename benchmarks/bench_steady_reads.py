@@ -55,7 +55,7 @@ from falcon.domain.model import ProvisioningMode, RunningRead  # noqa: E402
 from falcon.domain.status import Reason, Status  # noqa: E402
 from falcon.services.dispatching import ROUND_POOL_STATES  # noqa: E402
 from falcon.services.reconcile import SUPERVISED  # noqa: E402
-from falcon.services.running_book import RECHECK_ROUNDS  # noqa: E402
+from falcon.services.running_book import recheck_share  # noqa: E402
 
 TOPOLOGIES = ["1x1", "2x2", "2x4", "4x4"]
 BATCH = 5_000
@@ -111,7 +111,7 @@ def main() -> None:
     args = parser.parse_args()
     now = utc_now()
     since = now - timedelta(seconds=10)  # the last read, less the overlap: nothing new since
-    share = -(-args.running // RECHECK_ROUNDS)  # the book's tasks a round reads again
+    share = recheck_share(args.running)  # the book's tasks a round reads again
     asked = RunningRead(since, tuple(f"run-{i:06d}" for i in range(share)))
     reads = steady_reads(asked)
     with database(args.db) as url:
