@@ -5,7 +5,7 @@ the checks; tests/integration/test_chaos.py runs it at the suite's size).
 Prints, per seed: tasks, final statuses, faults injected by kind, kills, restarts, time to drain
 and to a clean fleet, and whether every invariant held (and which did not).
 
-Run: .venv/bin/python benchmarks/bench_chaos.py [--tasks 1000 --seeds 1 --db mysql|sqlite]
+Run: .venv/bin/python benchmarks/bench_chaos.py [--tasks 1000 --seeds 1 --db mysql|sqlite --keep DIR]
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ def main() -> int:
     parser.add_argument("--arrival-seconds", type=float, default=None, help="default: tasks / 4")
     parser.add_argument("--kills", type=int, default=8, help="SIGKILLs from outside (crashes come on top)")
     parser.add_argument("--db", choices=("mysql", "sqlite"), default="mysql")
+    parser.add_argument("--keep", type=Path, default=None, help="keep each seed's logs in KEEP/seed-N")
     args = parser.parse_args()
     held = True
     for seed in args.seeds:
@@ -43,7 +44,7 @@ def main() -> int:
             drain_seconds=1800,
         )
         with ExitStack() as stack:
-            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="falcon-chaos-")))
+            workdir = _workdir(stack, args.keep, seed)
             url = (
                 stack.enter_context(mariadb()) if args.db == "mysql" else f"sqlite:///{workdir / 'falcon.db'}"
             )
@@ -52,6 +53,15 @@ def main() -> int:
         print("\n".join(report.lines()), flush=True)
         held = held and not any(report.violations.values())
     return 0 if held else 1
+
+
+def _workdir(stack: ExitStack, keep: Path | None, seed: int) -> Path:
+    """A seed's folder: kept under ``keep`` (to read Falcon's log of a run that broke), else temporary."""
+    if keep is None:
+        return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="falcon-chaos-")))
+    workdir = keep / f"seed-{seed}"
+    workdir.mkdir(parents=True, exist_ok=False)
+    return workdir
 
 
 if __name__ == "__main__":

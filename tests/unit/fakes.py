@@ -23,6 +23,7 @@ from falcon.domain.errors import BusyError, ConflictError, NotFoundError, Perman
 from falcon.domain.events import ResourceView, Stage, TaskMove
 from falcon.domain.job_manifest import TASK_ID_ANNOTATION
 from falcon.domain.lifecycle import (
+    DeleteAsk,
     NodePool,
     Outcome,
     Phase,
@@ -744,21 +745,33 @@ class MemoryTaskStore:
                 self.pool_deleting_at[(cluster_id, name)] = now
             return moved
 
-    def delete_asked(self, cluster_id: str, name: str, now: datetime) -> bool:
+    def delete_asked(
+        self, cluster_id: str, name: str, now: datetime, unanswered_after: datetime
+    ) -> DeleteAsk:
         self.calls.append(("delete_asked", name))
         with self._tx():
             marked = self.pool(cluster_id, name)
             if marked is None or marked.state is not PoolState.DELETING:
-                return False
+                return DeleteAsk.NOT_MARKED
+            earlier = self.pool_delete_asked_at.get((cluster_id, name))
             self.pool_delete_asked_at[(cluster_id, name)] = now
-            return True
+            return (
+                DeleteAsk.ALONE
+                if earlier is None or earlier <= unanswered_after
+                else DeleteAsk.AFTER_UNANSWERED
+            )
 
-    def delete_refused(self, cluster_id: str, name: str, now: datetime) -> None:
+    def delete_refused(self, cluster_id: str, name: str, asked_at: datetime, now: datetime) -> None:
         self.calls.append(("delete_refused", name))
         with self._tx():
             marked = self.pool(cluster_id, name)
-            if marked is not None and marked.state is PoolState.DELETING:
-                self.pool_delete_asked_at.pop((cluster_id, name), None)
+            key = (cluster_id, name)
+            if (
+                marked is not None
+                and marked.state is PoolState.DELETING
+                and self.pool_delete_asked_at.get(key) == asked_at
+            ):
+                del self.pool_delete_asked_at[key]
 
     def unmark_pool(self, cluster_id: str, name: str, now: datetime, asked_before: datetime) -> bool:
         self.calls.append(("unmark_pool", name))

@@ -21,7 +21,7 @@ from tests.unit.fakes import (
 )
 
 from falcon.domain.errors import BusyError, FalconError, PermanentError, TemporaryError
-from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState
+from falcon.domain.lifecycle import DeleteAsk, NodePool, Outcome, Phase, PoolState
 from falcon.domain.messages import MessageKey
 from falcon.domain.model import ProvisioningMode, QueueKey, node_pool_name_for
 from falcon.domain.pool_economics import DeleteEachPolicy
@@ -202,8 +202,36 @@ def test_an_ask_cut_off_by_a_kill_before_its_answer_keeps_the_pool_too() -> None
     """Recorded in its own commit before GKE is asked: a process killed during the call leaves it."""
     svc, _ = _services()
     _marked(svc)
-    assert svc.store.delete_asked("c1", MARKED, svc.clock.now())
+    now = svc.clock.now()
+    assert svc.store.delete_asked("c1", MARKED, now, now) is DeleteAsk.ALONE
     assert not take_back(svc, svc.store.clusters()[0], [MARKED])
+
+
+def test_gke_refusing_a_second_ask_leaves_the_first_unanswered_one_keeping_the_pool() -> None:
+    """The chaos run: the first ask timed out on its way and GKE carried it out later; a second
+    ask, made before it arrived, was refused (GKE busy with another operation). The pool, taken
+    back after that refusal, went with its new task's pods when the first ask arrived."""
+    svc, clock = _services()
+    _marked(svc)
+    _ask_unanswered(svc)
+    clock.advance(1)
+    svc.node_pools.fail_delete(GKE_BUSY)  # type: ignore[attr-defined]
+    with pytest.raises(BusyError):
+        ask_delete(svc, svc.store.clusters()[0], MARKED)
+    assert not take_back(svc, svc.store.clusters()[0], [MARKED])
+    clock.advance(svc.settings.api_timeout_seconds + LATE_REQUEST_SECONDS)
+    assert take_back(svc, svc.store.clusters()[0], [MARKED]), "neither ask can arrive any more"
+
+
+def test_gke_refusing_an_ask_made_once_an_earlier_one_could_no_longer_arrive_frees_the_pool() -> None:
+    svc, clock = _services()
+    _marked(svc)
+    _ask_unanswered(svc)
+    clock.advance(svc.settings.api_timeout_seconds + LATE_REQUEST_SECONDS)
+    svc.node_pools.fail_delete(GKE_BUSY)  # type: ignore[attr-defined]
+    with pytest.raises(BusyError):
+        ask_delete(svc, svc.store.clusters()[0], MARKED)
+    assert take_back(svc, svc.store.clusters()[0], [MARKED])
 
 
 @pytest.mark.parametrize(

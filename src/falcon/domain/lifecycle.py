@@ -62,6 +62,14 @@ class PoolState(StrEnum):
 LIVE_POOL_STATES = (PoolState.CREATING, PoolState.IN_USE, PoolState.IDLE, PoolState.DELETING)
 
 
+class DeleteAsk(StrEnum):
+    """What recording an ask to delete a marked pool found (``TaskStore.delete_asked``)."""
+
+    NOT_MARKED = "not_marked"  # the pool is marked no longer: nothing is to be asked
+    ALONE = "alone"  # no earlier ask may still reach GKE: a refusal of this one leaves none on its way
+    AFTER_UNANSWERED = "after_unanswered"  # an earlier ask GKE did not answer may still reach it
+
+
 @dataclass(frozen=True)
 class NodePool:
     """Falcon's record of a node pool it created (written before GKE is asked)."""

@@ -15,8 +15,11 @@ A deletion GKE did not answer (the client's timeout, a reset connection, a 5xx) 
 carried out later: the request can reach GKE after the client gave up on it, and the pool would
 then go under the task that took it back (the chaos run saw this). So each ask is recorded in its
 own commit before it is made, which a killed process leaves behind too, and cleared only by GKE's
-refusal. A pool with an ask not answered is not taken back for ``LATE_REQUEST_SECONDS`` past the
-client's timeout; after that, a deletion GKE carried out shows as STOPPING or gone.
+refusal of an ask made while no earlier one was unanswered: GKE refusing a second ask (busy with
+another operation) says nothing of a first still on its way (the chaos run saw that too: a pool
+taken back after the second ask's refusal went, with its task's pods, when the first arrived). A
+pool with an ask not answered is not taken back for ``LATE_REQUEST_SECONDS`` past the client's
+timeout; after that, a deletion GKE carried out shows as STOPPING or gone.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import logging
 from datetime import timedelta
 
 from falcon.domain.errors import BusyError, FalconError, PermanentError
-from falcon.domain.lifecycle import PoolState
+from falcon.domain.lifecycle import DeleteAsk, PoolState
 from falcon.domain.model import Cluster
 from falcon.services.context import Services
 
@@ -38,7 +41,9 @@ LATE_REQUEST_SECONDS = 60.0
 def ask_delete(services: Services, cluster: Cluster, name: str) -> bool:
     """Ask GKE to delete the marked pool; False, and nothing asked, when it is marked no longer
     (taken back, or gone). GKE's errors are the caller's."""
-    if not services.store.delete_asked(cluster.id, name, services.clock.now()):
+    asked_at = services.clock.now()
+    ask = services.store.delete_asked(cluster.id, name, asked_at, asked_at - _late_request_window(services))
+    if ask is DeleteAsk.NOT_MARKED:
         return False
     refused: FalconError | None = None
     with services.store.cluster_locked(cluster.id) as store:
@@ -47,8 +52,9 @@ def ask_delete(services: Services, cluster: Cluster, name: str) -> bool:
             return False
         try:
             services.node_pools.delete(cluster, name)
-        except (BusyError, PermanentError) as exc:  # GKE's own answer: nothing is on its way
-            store.delete_refused(cluster.id, name, services.clock.now())
+        except (BusyError, PermanentError) as exc:  # GKE's own answer: this ask is not on its way
+            if ask is DeleteAsk.ALONE:  # else an earlier one, unanswered, may still be
+                store.delete_refused(cluster.id, name, asked_at, services.clock.now())
             refused = exc
     if refused is not None:
         raise refused  # only now: raised inside the block, it would undo delete_refused's write

@@ -12,7 +12,16 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from falcon.domain.events import ResourceView, TaskMove
-from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState, Progress, RoundSnapshot, Snapshot
+from falcon.domain.lifecycle import (
+    DeleteAsk,
+    NodePool,
+    Outcome,
+    Phase,
+    PoolState,
+    Progress,
+    RoundSnapshot,
+    Snapshot,
+)
 from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, RunningRead, RunningTask, Task
 from falcon.domain.node_pools import NodePoolPlan, PoolStatus, ReservationRef
 from falcon.domain.pool_economics import QueueObservations
@@ -144,13 +153,17 @@ class TaskStore(Protocol):
     def pool_ready(self, cluster_id: str, name: str, now: datetime) -> None: ...
     def keep_pool(self, cluster_id: str, name: str, holder: str, now: datetime) -> bool: ...
     def start_deleting_pool(self, cluster_id: str, name: str, holder: str | None, now: datetime) -> bool: ...
-    def delete_asked(self, cluster_id: str, name: str, now: datetime) -> bool:
+    def delete_asked(
+        self, cluster_id: str, name: str, now: datetime, unanswered_after: datetime
+    ) -> DeleteAsk:
         """Record, in its own commit before GKE is asked, that a deletion of the marked pool may
-        be on its way; False (ask nothing) when the pool is not marked."""
+        be on its way from ``now``; NOT_MARKED (ask nothing) when the pool is not marked, and
+        AFTER_UNANSWERED when an ask recorded after ``unanswered_after`` is not known answered."""
         ...
 
-    def delete_refused(self, cluster_id: str, name: str, now: datetime) -> None:
-        """GKE answered the ask with a refusal: no deletion of the pool is on its way."""
+    def delete_refused(self, cluster_id: str, name: str, asked_at: datetime, now: datetime) -> None:
+        """GKE refused the ask recorded at ``asked_at``, which was the only one on its way: none
+        is now, unless another was recorded since."""
         ...
 
     def unmark_pool(self, cluster_id: str, name: str, now: datetime, asked_before: datetime) -> bool:

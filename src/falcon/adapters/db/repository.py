@@ -36,6 +36,7 @@ from falcon.adapters.db.orm import (
 from falcon.domain.explain import Acquirer, PoolFacts
 from falcon.domain.lifecycle import (
     LIVE_POOL_STATES,
+    DeleteAsk,
     NodePool,
     Outcome,
     Phase,
@@ -1159,15 +1160,26 @@ def start_deleting_pool(
     return _move_pool(session, cluster_id, name, now, values, expect, holder)
 
 
-def delete_asked(session: Session, cluster_id: str, name: str, now: datetime) -> bool:
-    """A deletion of the marked pool may reach GKE from now on; False when it is not marked."""
+def delete_asked(
+    session: Session, cluster_id: str, name: str, now: datetime, unanswered_after: datetime
+) -> DeleteAsk:
+    """A deletion of the marked pool may reach GKE from ``now`` on. Two updates of the one row in
+    one transaction, the first only where no ask recorded after ``unanswered_after`` is left (a
+    read of the old time would need a lock SQLite does not take)."""
     values: dict[Any, Any] = {NodePoolRow.delete_asked_at: now}
-    return _move_pool(session, cluster_id, name, now, values, [PoolState.DELETING])
+    quiet = sa.or_(NodePoolRow.delete_asked_at.is_(None), NodePoolRow.delete_asked_at <= unanswered_after)
+    if _move_pool(session, cluster_id, name, now, values, [PoolState.DELETING], where=quiet):
+        return DeleteAsk.ALONE
+    if _move_pool(session, cluster_id, name, now, values, [PoolState.DELETING]):
+        return DeleteAsk.AFTER_UNANSWERED
+    return DeleteAsk.NOT_MARKED
 
 
-def delete_refused(session: Session, cluster_id: str, name: str, now: datetime) -> None:
-    """GKE answered the ask with a refusal: no deletion of the pool is on its way."""
-    _move_pool(session, cluster_id, name, now, {NodePoolRow.delete_asked_at: None}, [PoolState.DELETING])
+def delete_refused(session: Session, cluster_id: str, name: str, asked_at: datetime, now: datetime) -> None:
+    """GKE refused the ask recorded at ``asked_at``: cleared, unless another ask was recorded since."""
+    values: dict[Any, Any] = {NodePoolRow.delete_asked_at: None}
+    mine = NodePoolRow.delete_asked_at == asked_at
+    _move_pool(session, cluster_id, name, now, values, [PoolState.DELETING], where=mine)
 
 
 def unmark_pool(session: Session, cluster_id: str, name: str, now: datetime, asked_before: datetime) -> bool:

@@ -12,7 +12,16 @@ from sqlalchemy.orm import Session
 from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import read_scope, session_scope
 from falcon.adapters.metrics import IN_DATABASE
-from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState, Progress, RoundSnapshot, Snapshot
+from falcon.domain.lifecycle import (
+    DeleteAsk,
+    NodePool,
+    Outcome,
+    Phase,
+    PoolState,
+    Progress,
+    RoundSnapshot,
+    Snapshot,
+)
 from falcon.domain.model import Cluster, QueueKey, RunningRead, RunningTask, Task
 from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.status import Reason, Status
@@ -252,13 +261,15 @@ class SqlTaskStore:
         with self._tx() as s:
             return repo.start_deleting_pool(s, cluster_id, name, holder, now)
 
-    def delete_asked(self, cluster_id: str, name: str, now: datetime) -> bool:
+    def delete_asked(
+        self, cluster_id: str, name: str, now: datetime, unanswered_after: datetime
+    ) -> DeleteAsk:
         with self._tx() as s:
-            return repo.delete_asked(s, cluster_id, name, now)
+            return repo.delete_asked(s, cluster_id, name, now, unanswered_after)
 
-    def delete_refused(self, cluster_id: str, name: str, now: datetime) -> None:
+    def delete_refused(self, cluster_id: str, name: str, asked_at: datetime, now: datetime) -> None:
         with self._tx() as s:
-            repo.delete_refused(s, cluster_id, name, now)
+            repo.delete_refused(s, cluster_id, name, asked_at, now)
 
     def unmark_pool(self, cluster_id: str, name: str, now: datetime, asked_before: datetime) -> bool:
         with self._tx() as s:
