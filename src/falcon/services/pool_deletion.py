@@ -16,10 +16,10 @@ carried out later: the request can reach GKE after the client gave up on it, and
 then go under the task that took it back (the chaos run saw this). So each ask is recorded in its
 own commit before it is made, which a killed process leaves behind too, and cleared only by GKE's
 refusal of an ask made while no earlier one was unanswered: GKE refusing a second ask (busy with
-another operation) says nothing of a first still on its way (the chaos run saw that too: a pool
-taken back after the second ask's refusal went, with its task's pods, when the first arrived). A
-pool with an ask not answered is not taken back for ``LATE_REQUEST_SECONDS`` past the client's
-timeout; after that, a deletion GKE carried out shows as STOPPING or gone.
+another operation) says nothing of a first still on its way, which would delete the pool, with
+its new task's pods, after a take-back that followed the refusal. A pool with an ask not
+answered is not taken back for ``LATE_REQUEST_SECONDS`` past the client's timeout; after that, a
+deletion GKE carried out shows as STOPPING or gone.
 """
 
 from __future__ import annotations
