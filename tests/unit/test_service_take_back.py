@@ -208,9 +208,9 @@ def test_an_ask_cut_off_by_a_kill_before_its_answer_keeps_the_pool_too() -> None
 
 
 def test_gke_refusing_a_second_ask_leaves_the_first_unanswered_one_keeping_the_pool() -> None:
-    """The chaos run: the first ask timed out on its way and GKE carried it out later; a second
-    ask, made before it arrived, was refused (GKE busy with another operation). The pool, taken
-    back after that refusal, went with its new task's pods when the first ask arrived."""
+    """The first ask timed out on its way and GKE carries it out later; a second ask, made before
+    it arrives, is refused (GKE busy with another operation). Were the pool taken back after that
+    refusal, it would go with its new task's pods when the first ask arrived."""
     svc, clock = _services()
     _marked(svc)
     _ask_unanswered(svc)
