@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -80,6 +81,7 @@ class ChaosReport:
     seconds_to_clean: float = 0.0
     late_job_copies: list[str] = field(default_factory=list)  # created again by a late create, held
     violations: dict[str, list[str]] = field(default_factory=dict)
+    evidence: list[str] = field(default_factory=list)  # Falcon's log lines on the tasks that went wrong
 
     @property
     def fault_share(self) -> float:
@@ -101,6 +103,11 @@ class ChaosReport:
             f"Jobs created again by a late create (held suspended, swept): {self.late_job_copies}",
             "invariants: "
             + ("all hold" if not any(self.violations.values()) else json.dumps(self.violations)[:2000]),
+            *(
+                ["Falcon's log on the tasks that went wrong and their pools:", *self.evidence]
+                if self.evidence
+                else []
+            ),
         ]
 
 
@@ -578,6 +585,27 @@ def _judge(
     v["picks out of rule-3 order"] = pick_order_violations(
         [e for e in logged if e["event"] == "pick"], {i: t.created_at.timestamp() for i, t in tasks.items()}
     )
+    wrong = [
+        line.split()[0]
+        for key in ("not succeeded though nothing aborted it", "not terminal")
+        for line in v[key]
+    ]
+    report.evidence = evidence(events.with_name("falcon.log"), wrong)
+
+
+POOL_NAME = re.compile(r"\bfalcon-[0-9a-z]+x[0-9a-z]+-w?[0-9a-f]{10}\b")
+
+
+def evidence(log: Path, task_ids: list[str], limit: int = 200) -> list[str]:
+    """Falcon's log lines that name one of ``task_ids``, or a node pool named on such a line: what
+    a failed chaos run leaves to read when its folder is gone (a CI machine's)."""
+    if not task_ids or not log.exists():
+        return []
+    lines = log.read_text(errors="replace").splitlines()
+    named = {line for line in lines if any(task_id in line for task_id in task_ids)}
+    pools = {pool for line in named for pool in POOL_NAME.findall(line)}
+    found = [line[:400] for line in lines if line in named or any(pool in line for pool in pools)]
+    return found[:limit] + ([f"... {len(found) - limit} more lines"] if len(found) > limit else [])
 
 
 def pick_order_violations(picks: list[dict[str, Any]], created: dict[str, float]) -> list[str]:

@@ -5,6 +5,7 @@ fail on it), never another queue's, and once taken back it is never asked to be 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 import pytest
@@ -207,18 +208,26 @@ def test_an_ask_cut_off_by_a_kill_before_its_answer_keeps_the_pool_too() -> None
     assert not take_back(svc, svc.store.clusters()[0], [MARKED])
 
 
-def test_gke_refusing_a_second_ask_leaves_the_first_unanswered_one_keeping_the_pool() -> None:
+def test_gke_refusing_a_second_ask_leaves_the_first_unanswered_one_keeping_the_pool(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """The first ask timed out on its way and GKE carries it out later; a second ask, made before
     it arrives, is refused (GKE busy with another operation). Were the pool taken back after that
     refusal, it would go with its new task's pods when the first ask arrived."""
     svc, clock = _services()
     _marked(svc)
+    caplog.set_level(logging.INFO, logger="falcon.services.pool_deletion")
     _ask_unanswered(svc)
     clock.advance(1)
     svc.node_pools.fail_delete(GKE_BUSY)  # type: ignore[attr-defined]
     with pytest.raises(BusyError):
         ask_delete(svc, svc.store.clusters()[0], MARKED)
     assert not take_back(svc, svc.store.clusters()[0], [MARKED])
+    assert [r.getMessage().split()[0] for r in caplog.records] == [
+        "event=pool_delete_unanswered",
+        "event=pool_delete_refused",
+    ], "the run's log shows why the pool is not taken back"
+    assert "after_unanswered=True" in caplog.records[1].getMessage()
     clock.advance(svc.settings.api_timeout_seconds + LATE_REQUEST_SECONDS)
     assert take_back(svc, svc.store.clusters()[0], [MARKED]), "neither ask can arrive any more"
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from falcon.domain.errors import BusyError, FalconError, PermanentError
+from falcon.domain.errors import BusyError, FalconError, PermanentError, TemporaryError
 from falcon.domain.lifecycle import DeleteAsk, PoolState
 from falcon.domain.model import Cluster
 from falcon.services.context import Services
@@ -56,9 +56,28 @@ def ask_delete(services: Services, cluster: Cluster, name: str) -> bool:
             if ask is DeleteAsk.ALONE:  # else an earlier one, unanswered, may still be
                 store.delete_refused(cluster.id, name, asked_at, services.clock.now())
             refused = exc
+        except TemporaryError as exc:  # no answer: the ask may still reach GKE
+            logger.info("event=pool_delete_unanswered cluster=%s pool=%s error=%s", cluster.name, name, exc)
+            raise
     if refused is not None:
+        _log_refusal(cluster, name, ask, refused)
         raise refused  # only now: raised inside the block, it would undo delete_refused's write
+    logger.info("event=pool_delete_asked cluster=%s pool=%s", cluster.name, name)
     return True
+
+
+def _log_refusal(cluster: Cluster, name: str, ask: DeleteAsk, refused: FalconError) -> None:
+    """A busy cluster refuses at every poll of a deletion: those are logged only at DEBUG, unless
+    an earlier ask is still unanswered (then the pool stays out of reach of take-backs)."""
+    after_unanswered = ask is DeleteAsk.AFTER_UNANSWERED
+    logger.log(
+        logging.INFO if after_unanswered else logging.DEBUG,
+        "event=pool_delete_refused cluster=%s pool=%s after_unanswered=%s error=%s",
+        cluster.name,
+        name,
+        after_unanswered,
+        refused,
+    )
 
 
 def take_back(services: Services, cluster: Cluster, marked: list[str]) -> bool:
