@@ -626,9 +626,9 @@ def test_an_unanswered_deletion_keeps_a_marked_pool_from_being_unmarked_until_it
     store: TaskStore,
 ) -> None:
     store.write_ahead_pool(pool("p1"), T0)
-    assert store.delete_asked("c1", "p1", T0, T0) is DeleteAsk.NOT_MARKED, "not marked: nothing to ask"
+    assert store.delete_asked("c1", "p1", T0) is None, "not marked: nothing to ask"
     assert store.start_deleting_pool("c1", "p1", "t1", T0)
-    assert store.delete_asked("c1", "p1", T1, T0) is DeleteAsk.ALONE
+    assert store.delete_asked("c1", "p1", T1) == DeleteAsk(T1, None)
     assert not store.unmark_pool("c1", "p1", T2, asked_before=T0), "asked at T1: it may still arrive"
     assert store.unmark_pool("c1", "p1", T2, asked_before=T1)
     assert store.start_deleting_pool("c1", "p1", None, T2)
@@ -638,26 +638,30 @@ def test_an_unanswered_deletion_keeps_a_marked_pool_from_being_unmarked_until_it
 def test_a_refused_deletion_is_on_its_way_no_more(store: TaskStore) -> None:
     store.write_ahead_pool(pool("p1"), T0)
     assert store.start_deleting_pool("c1", "p1", "t1", T0)
-    assert store.delete_asked("c1", "p1", T1, T0) is DeleteAsk.ALONE
-    store.delete_refused("c1", "p1", T1, T1)
+    ask = store.delete_asked("c1", "p1", T1)
+    assert ask == DeleteAsk(T1, None)
+    store.delete_refused("c1", "p1", ask, T1)
     assert store.unmark_pool("c1", "p1", T2, asked_before=T0)
-    store.delete_refused("c1", "unknown", T2, T2)  # nothing to clear: no error
+    store.delete_refused("c1", "unknown", ask, T2)  # nothing to clear: no error
 
 
-def test_an_ask_after_one_not_answered_says_so_and_a_refusal_clears_only_its_own_ask(
-    store: TaskStore,
-) -> None:
-    """An earlier ask still on its way is not cleared by the refusal of a later one (the caller
-    does not clear it then), nor is a later ask by the refusal of an earlier one."""
+def test_a_refusal_puts_back_the_ask_it_replaced_and_never_a_later_ask(store: TaskStore) -> None:
+    """GKE refusing a second ask says nothing of the first, which may still be on its way; nor
+    does a refusal of one ask undo an ask recorded after it."""
     store.write_ahead_pool(pool("p1"), T0)
     assert store.start_deleting_pool("c1", "p1", "t1", T0)
-    assert store.delete_asked("c1", "p1", T0, T0 - timedelta(seconds=1)) is DeleteAsk.ALONE
-    assert store.delete_asked("c1", "p1", T1, T0 - timedelta(seconds=1)) is DeleteAsk.AFTER_UNANSWERED
-    assert store.delete_asked("c1", "p1", T2, T1) is DeleteAsk.ALONE, "the ask at T1 can no longer arrive"
-    store.delete_refused("c1", "p1", T1, T2)
-    assert not store.unmark_pool("c1", "p1", T2, asked_before=T1), "the ask at T2 is left"
-    store.delete_refused("c1", "p1", T2, T2)
-    assert store.unmark_pool("c1", "p1", T2, asked_before=T0)
+    first = store.delete_asked("c1", "p1", T0)
+    second = store.delete_asked("c1", "p1", T1)
+    assert second == DeleteAsk(T1, T0)
+    store.delete_refused("c1", "p1", second, T1)
+    assert not store.unmark_pool("c1", "p1", T2, asked_before=T0 - timedelta(seconds=1)), "the first is back"
+    third = store.delete_asked("c1", "p1", T2)
+    assert third == DeleteAsk(T2, T0)
+    assert first is not None
+    store.delete_refused("c1", "p1", first, T2)  # an ask since: nothing changes
+    assert not store.unmark_pool("c1", "p1", T2, asked_before=T1), "the third is left"
+    store.delete_refused("c1", "p1", third, T2)
+    assert store.unmark_pool("c1", "p1", T2, asked_before=T0), "the first's time, which can no longer arrive"
 
 
 def test_pool_deleted_and_pool_delete_failed(store: TaskStore, upstream: Upstream) -> None:

@@ -745,33 +745,28 @@ class MemoryTaskStore:
                 self.pool_deleting_at[(cluster_id, name)] = now
             return moved
 
-    def delete_asked(
-        self, cluster_id: str, name: str, now: datetime, unanswered_after: datetime
-    ) -> DeleteAsk:
+    def delete_asked(self, cluster_id: str, name: str, now: datetime) -> DeleteAsk | None:
         self.calls.append(("delete_asked", name))
         with self._tx():
             marked = self.pool(cluster_id, name)
             if marked is None or marked.state is not PoolState.DELETING:
-                return DeleteAsk.NOT_MARKED
-            earlier = self.pool_delete_asked_at.get((cluster_id, name))
+                return None
+            replaced = self.pool_delete_asked_at.get((cluster_id, name))
             self.pool_delete_asked_at[(cluster_id, name)] = now
-            return (
-                DeleteAsk.ALONE
-                if earlier is None or earlier <= unanswered_after
-                else DeleteAsk.AFTER_UNANSWERED
-            )
+            return DeleteAsk(now, replaced)
 
-    def delete_refused(self, cluster_id: str, name: str, asked_at: datetime, now: datetime) -> None:
+    def delete_refused(self, cluster_id: str, name: str, ask: DeleteAsk, now: datetime) -> None:
         self.calls.append(("delete_refused", name))
         with self._tx():
-            marked = self.pool(cluster_id, name)
-            key = (cluster_id, name)
-            if (
-                marked is not None
-                and marked.state is PoolState.DELETING
-                and self.pool_delete_asked_at.get(key) == asked_at
-            ):
+            marked, key = self.pool(cluster_id, name), (cluster_id, name)
+            if marked is None or marked.state is not PoolState.DELETING:
+                return
+            if self.pool_delete_asked_at.get(key) != ask.at:
+                return  # another ask was recorded since
+            if ask.replaced is None:
                 del self.pool_delete_asked_at[key]
+            else:
+                self.pool_delete_asked_at[key] = ask.replaced
 
     def unmark_pool(self, cluster_id: str, name: str, now: datetime, asked_before: datetime) -> bool:
         self.calls.append(("unmark_pool", name))

@@ -62,12 +62,14 @@ class PoolState(StrEnum):
 LIVE_POOL_STATES = (PoolState.CREATING, PoolState.IN_USE, PoolState.IDLE, PoolState.DELETING)
 
 
-class DeleteAsk(StrEnum):
-    """What recording an ask to delete a marked pool found (``TaskStore.delete_asked``)."""
+@dataclass(frozen=True)
+class DeleteAsk:
+    """An ask to delete a marked pool, recorded (``TaskStore.delete_asked``) at ``at`` in place
+    of the ask recorded before it (``replaced``), which GKE may not have answered: a refusal of
+    this ask puts that one back."""
 
-    NOT_MARKED = "not_marked"  # the pool is marked no longer: nothing is to be asked
-    ALONE = "alone"  # no earlier ask may still reach GKE: a refusal of this one leaves none on its way
-    AFTER_UNANSWERED = "after_unanswered"  # an earlier ask GKE did not answer may still reach it
+    at: datetime
+    replaced: datetime | None
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,12 @@ did.
 A deletion GKE did not answer (the client's timeout, a reset connection, a 5xx) may still be
 carried out later: the request can reach GKE after the client gave up on it, and the pool would
 then go under the task that took it back (the chaos run saw this). So each ask is recorded in its
-own commit before it is made, which a killed process leaves behind too, and cleared only by GKE's
-refusal of an ask made while no earlier one was unanswered: GKE refusing a second ask (busy with
-another operation) says nothing of a first still on its way, which would delete the pool, with
-its new task's pods, after a take-back that followed the refusal. A pool with an ask not
-answered is not taken back for ``LATE_REQUEST_SECONDS`` past the client's timeout; after that, a
-deletion GKE carried out shows as STOPPING or gone.
+own commit before it is made, which a killed process leaves behind too. GKE's refusal of an ask
+puts back the ask it replaced: a second ask refused (GKE busy with another operation) says
+nothing of a first still on its way, which would delete the pool, with its new task's pods,
+after a take-back that followed the refusal. A pool with an ask not answered is not taken back
+for ``LATE_REQUEST_SECONDS`` past the client's timeout; after that, a deletion GKE carried out
+shows as STOPPING or gone.
 """
 
 from __future__ import annotations
@@ -41,9 +41,8 @@ LATE_REQUEST_SECONDS = 60.0
 def ask_delete(services: Services, cluster: Cluster, name: str) -> bool:
     """Ask GKE to delete the marked pool; False, and nothing asked, when it is marked no longer
     (taken back, or gone). GKE's errors are the caller's."""
-    asked_at = services.clock.now()
-    ask = services.store.delete_asked(cluster.id, name, asked_at, asked_at - _late_request_window(services))
-    if ask is DeleteAsk.NOT_MARKED:
+    ask = services.store.delete_asked(cluster.id, name, services.clock.now())
+    if ask is None:
         return False
     refused: FalconError | None = None
     with services.store.cluster_locked(cluster.id) as store:
@@ -53,29 +52,30 @@ def ask_delete(services: Services, cluster: Cluster, name: str) -> bool:
         try:
             services.node_pools.delete(cluster, name)
         except (BusyError, PermanentError) as exc:  # GKE's own answer: this ask is not on its way
-            if ask is DeleteAsk.ALONE:  # else an earlier one, unanswered, may still be
-                store.delete_refused(cluster.id, name, asked_at, services.clock.now())
+            store.delete_refused(cluster.id, name, ask, services.clock.now())
             refused = exc
         except TemporaryError as exc:  # no answer: the ask may still reach GKE
             logger.info("event=pool_delete_unanswered cluster=%s pool=%s error=%s", cluster.name, name, exc)
             raise
     if refused is not None:
-        _log_refusal(cluster, name, ask, refused)
+        _log_refusal(services, cluster, name, ask, refused)
         raise refused  # only now: raised inside the block, it would undo delete_refused's write
     logger.info("event=pool_delete_asked cluster=%s pool=%s", cluster.name, name)
     return True
 
 
-def _log_refusal(cluster: Cluster, name: str, ask: DeleteAsk, refused: FalconError) -> None:
+def _log_refusal(
+    services: Services, cluster: Cluster, name: str, ask: DeleteAsk, refused: FalconError
+) -> None:
     """A busy cluster refuses at every poll of a deletion: those are logged only at DEBUG, unless
-    an earlier ask is still unanswered (then the pool stays out of reach of take-backs)."""
-    after_unanswered = ask is DeleteAsk.AFTER_UNANSWERED
+    an earlier ask may still be on its way (it keeps the pool out of reach of take-backs)."""
+    unanswered = ask.replaced is not None and ask.replaced > ask.at - _late_request_window(services)
     logger.log(
-        logging.INFO if after_unanswered else logging.DEBUG,
-        "event=pool_delete_refused cluster=%s pool=%s after_unanswered=%s error=%s",
+        logging.INFO if unanswered else logging.DEBUG,
+        "event=pool_delete_refused cluster=%s pool=%s earlier_unanswered=%s error=%s",
         cluster.name,
         name,
-        after_unanswered,
+        unanswered,
         refused,
     )
 

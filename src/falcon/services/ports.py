@@ -153,17 +153,14 @@ class TaskStore(Protocol):
     def pool_ready(self, cluster_id: str, name: str, now: datetime) -> None: ...
     def keep_pool(self, cluster_id: str, name: str, holder: str, now: datetime) -> bool: ...
     def start_deleting_pool(self, cluster_id: str, name: str, holder: str | None, now: datetime) -> bool: ...
-    def delete_asked(
-        self, cluster_id: str, name: str, now: datetime, unanswered_after: datetime
-    ) -> DeleteAsk:
+    def delete_asked(self, cluster_id: str, name: str, now: datetime) -> DeleteAsk | None:
         """Record, in its own commit before GKE is asked, that a deletion of the marked pool may
-        be on its way from ``now``; NOT_MARKED (ask nothing) when the pool is not marked, and
-        AFTER_UNANSWERED when an ask recorded after ``unanswered_after`` is not known answered."""
+        be on its way from ``now``; None (ask nothing) when the pool is not marked."""
         ...
 
-    def delete_refused(self, cluster_id: str, name: str, asked_at: datetime, now: datetime) -> None:
-        """GKE refused the ask recorded at ``asked_at``, which was the only one on its way: none
-        is now, unless another was recorded since."""
+    def delete_refused(self, cluster_id: str, name: str, ask: DeleteAsk, now: datetime) -> None:
+        """GKE refused ``ask``: the ask it replaced is the latest that may be on its way, unless
+        another was recorded since."""
         ...
 
     def unmark_pool(self, cluster_id: str, name: str, now: datetime, asked_before: datetime) -> bool:

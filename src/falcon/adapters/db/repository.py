@@ -1160,25 +1160,22 @@ def start_deleting_pool(
     return _move_pool(session, cluster_id, name, now, values, expect, holder)
 
 
-def delete_asked(
-    session: Session, cluster_id: str, name: str, now: datetime, unanswered_after: datetime
-) -> DeleteAsk:
-    """A deletion of the marked pool may reach GKE from ``now`` on. Two updates of the one row in
-    one transaction, the first only where no ask recorded after ``unanswered_after`` is left (a
-    read of the old time would need a lock SQLite does not take)."""
-    values: dict[Any, Any] = {NodePoolRow.delete_asked_at: now}
-    quiet = sa.or_(NodePoolRow.delete_asked_at.is_(None), NodePoolRow.delete_asked_at <= unanswered_after)
-    if _move_pool(session, cluster_id, name, now, values, [PoolState.DELETING], where=quiet):
-        return DeleteAsk.ALONE
-    if _move_pool(session, cluster_id, name, now, values, [PoolState.DELETING]):
-        return DeleteAsk.AFTER_UNANSWERED
-    return DeleteAsk.NOT_MARKED
+def delete_asked(session: Session, cluster_id: str, name: str, now: datetime) -> DeleteAsk | None:
+    """A deletion of the marked pool may reach GKE from ``now`` on; None when it is not marked.
+    The row is written first, so that the ask it replaces is read under its lock (SQLite takes
+    none for a read, and would refuse the write after it if another had come between)."""
+    if not _move_pool(session, cluster_id, name, now, {}, [PoolState.DELETING]):
+        return None
+    key = (NodePoolRow.cluster_id == cluster_id, NodePoolRow.name == name)
+    replaced = session.scalar(sa.select(NodePoolRow.delete_asked_at).where(*key))
+    _move_pool(session, cluster_id, name, now, {NodePoolRow.delete_asked_at: now})
+    return DeleteAsk(now, replaced)
 
 
-def delete_refused(session: Session, cluster_id: str, name: str, asked_at: datetime, now: datetime) -> None:
-    """GKE refused the ask recorded at ``asked_at``: cleared, unless another ask was recorded since."""
-    values: dict[Any, Any] = {NodePoolRow.delete_asked_at: None}
-    mine = NodePoolRow.delete_asked_at == asked_at
+def delete_refused(session: Session, cluster_id: str, name: str, ask: DeleteAsk, now: datetime) -> None:
+    """GKE refused ``ask``: the ask it replaced is back, unless another was recorded since."""
+    values: dict[Any, Any] = {NodePoolRow.delete_asked_at: ask.replaced}
+    mine = NodePoolRow.delete_asked_at == ask.at
     _move_pool(session, cluster_id, name, now, values, [PoolState.DELETING], where=mine)
 
 

@@ -261,15 +261,13 @@ class SqlTaskStore:
         with self._tx() as s:
             return repo.start_deleting_pool(s, cluster_id, name, holder, now)
 
-    def delete_asked(
-        self, cluster_id: str, name: str, now: datetime, unanswered_after: datetime
-    ) -> DeleteAsk:
+    def delete_asked(self, cluster_id: str, name: str, now: datetime) -> DeleteAsk | None:
         with self._tx() as s:
-            return repo.delete_asked(s, cluster_id, name, now, unanswered_after)
+            return repo.delete_asked(s, cluster_id, name, now)
 
-    def delete_refused(self, cluster_id: str, name: str, asked_at: datetime, now: datetime) -> None:
+    def delete_refused(self, cluster_id: str, name: str, ask: DeleteAsk, now: datetime) -> None:
         with self._tx() as s:
-            repo.delete_refused(s, cluster_id, name, asked_at, now)
+            repo.delete_refused(s, cluster_id, name, ask, now)
 
     def unmark_pool(self, cluster_id: str, name: str, now: datetime, asked_before: datetime) -> bool:
         with self._tx() as s:
