@@ -108,6 +108,9 @@ What is modelled
   watch (NDJSON, resume from resourceVersion, 410 Expired once compacted, timeoutSeconds, bookmarks, DELETED
   with the final state, DELETED when an object stops matching the selector). Errors are ``Status`` objects.
   Events are deduplicated (count/lastTimestamp) and expire after ``eventTtlSeconds``.
+  Once the emulator begins to stop, every open watch ends and each new request gets kube-apiserver's
+  answer after its shutdown delay (the WithRetryAfter filter of k8s.io/apiserver): 429, plain text
+  "The apiserver is shutting down, please try again later.", ``Retry-After: 5``, ``Connection: close``.
 * Custom resources (``crds``, ``cel_rules``): CRDs validated as the API server does, their objects pruned,
   defaulted and validated by the structural schema and by x-kubernetes-validations with a real CEL
   (common-expression-language), status subresource and generation; apps/v1 Deployments and StatefulSets

@@ -34,9 +34,12 @@ def _seed(state: EmulatorState) -> None:
             cluster.store.add("namespaces", namespace)
 
 
-def close_watches(state: EmulatorState) -> None:
-    """End every open watch stream (lets the server shut down without waiting for clients)."""
+def begin_shutdown(state: EmulatorState) -> None:
+    """Answer the Kubernetes API as kube-apiserver does once its shutdown delay has passed (429,
+    see ``k8s_api``) and end every open watch stream, so that the server stops without waiting for
+    clients: a client's watch that reconnected at once would otherwise hold it open."""
     with state.lock:
+        state.shutting_down = True
         stores: list[KubeStore] = [c.store for c in state.clusters.values()]
         for store in stores:
             store.close_all_watches()
@@ -55,7 +58,7 @@ def create_app(config: EmulatorConfig, data_dir: Path) -> FastAPI:
             yield
         finally:
             stop.set()
-            close_watches(state)
+            begin_shutdown(state)
             await task
             stop_processes(state)
 

@@ -63,6 +63,8 @@ def parse_target(store: KubeStore, path: str) -> Target:
 @router.api_route("/k8s/{project}/{location}/{cluster}/{path:path}", methods=_METHODS)
 async def kube(project: str, location: str, cluster: str, path: str, request: Request) -> Response:
     state = emulator_state(request)
+    if state.shutting_down:
+        return _shutting_down()
     raw = await request.body()
     try:
         with state.lock:
@@ -80,6 +82,17 @@ async def kube(project: str, location: str, cluster: str, path: str, request: Re
     except Exception as exc:  # an emulator bug must still look like an apiserver error
         log.exception("kubernetes request failed: %s %s", request.method, request.url.path)
         return kube_response(kube_error(500, f"emulator internal error: {exc!r}"))
+
+
+def _shutting_down() -> Response:
+    """kube-apiserver's answer to a new request once its shutdown delay has passed (its
+    WithRetryAfter filter, an ``http.Error``: plain text, not a Status): 429 with ``Retry-After:
+    5``, and the connection closed so that the client comes back on a new one."""
+    return PlainTextResponse(
+        "The apiserver is shutting down, please try again later.\n",
+        status_code=429,
+        headers={"Retry-After": "5", "Connection": "close"},
+    )
 
 
 def _body(raw: bytes) -> Any:

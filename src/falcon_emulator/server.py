@@ -13,7 +13,7 @@ from types import TracebackType
 import uvicorn
 from fastapi import FastAPI
 
-from falcon_emulator.app import close_watches, create_app
+from falcon_emulator.app import begin_shutdown, create_app
 from falcon_emulator.config import EmulatorConfig
 from falcon_emulator.state import EmulatorState
 
@@ -69,7 +69,7 @@ class EmulatorServer:
     def stop(self) -> None:
         loop: asyncio.AbstractEventLoop | None = getattr(self.app.state, "loop", None)
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(close_watches, self.state)
+            loop.call_soon_threadsafe(begin_shutdown, self.state)
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:

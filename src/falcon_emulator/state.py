@@ -289,6 +289,7 @@ class EmulatorState:
         self.compute_operations: dict[tuple[str, str], JSON] = {}  # (project, name) -> Compute Operation
         self.operations: dict[str, Operation] = {}
         self.faults = Faults()
+        self.shutting_down = False  # set once; the Kubernetes API then refuses new requests
         self._load(config)
 
     def _load(self, config: EmulatorConfig) -> None:
