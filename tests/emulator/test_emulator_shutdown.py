@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from emu_helpers import PROJECT, TEST_CONFIG, wait_for
+from emu_helpers import LOCATION, PROJECT, TEST_CONFIG, wait_for
 from kubernetes import client as k8s
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
@@ -21,7 +21,7 @@ from falcon_emulator.app import begin_shutdown
 from falcon_emulator.config import EmulatorConfig
 from falcon_emulator.server import EmulatorServer
 
-CLUSTER_PATH = f"/k8s/{PROJECT}/us-east5/work"
+CLUSTER_PATH = f"/k8s/{PROJECT}/{LOCATION}/work"
 
 
 def _begin_shutdown(server: EmulatorServer) -> None:
