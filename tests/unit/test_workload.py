@@ -57,5 +57,5 @@ def test_a_trickle_is_as_bursty_as_a_poisson_stream() -> None:
 
 
 @pytest.mark.parametrize("seed", range(1, 21))
-def test_bursts_are_burstier_than_a_trickle(seed: int) -> None:
+def test_bursts_vary_more_than_a_poisson_stream(seed: int) -> None:
     assert gap_variation(generate(params("bursty", seed, 60))) > 1.0
