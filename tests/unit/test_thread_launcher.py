@@ -14,6 +14,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from prefect.settings import (
+    PREFECT_API_URL,
+    PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED,
+    temporary_settings,
+)
 from tests.unit.fakes import MemoryTaskStore
 
 from falcon.adapters.clock import StoppableClock, utc_now
@@ -164,3 +169,19 @@ def test_the_beat_goes_on_every_few_seconds_until_stop(monkeypatch: pytest.Monke
     last = owners.last_beat(launcher.owner)
     time.sleep(0.05)
     assert owners.last_beat(launcher.owner) == last, "a stopped launcher beats no more"
+
+
+def test_its_runs_use_the_prefect_settings_it_was_made_under() -> None:
+    """A new thread does not inherit ``temporary_settings``: without the launcher's own, its runs
+    would not see the API (the economics benchmark's Prefect on PostgreSQL is set so)."""
+    seen: list[str | None] = []
+    settings = {
+        PREFECT_API_URL: "http://prefect.test/api",
+        PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED: False,  # the shared client is entered, not used
+    }
+    with temporary_settings(settings):
+        launcher, _ = _launcher(threads=1, flow=lambda **_: seen.append(PREFECT_API_URL.value()))
+    run_id = launcher.start_acquire("t1", "", 1)
+    _wait_for(lambda: not launcher.is_alive(run_id))
+    assert seen == ["http://prefect.test/api"]
+    assert launcher.stop(5) == []

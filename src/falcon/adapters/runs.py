@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 from uuid import UUID
 
+import httpx
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     DeploymentFilter,
@@ -40,7 +41,7 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.sorting import FlowRunSort
-from prefect.context import FlowRunContext, SyncClientContext
+from prefect.context import FlowRunContext, SettingsContext, SyncClientContext
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 from prefect.settings import PREFECT_API_URL
@@ -153,6 +154,8 @@ def _add_tags(flow_run_id: UUID, tags: list[str]) -> None:
 
 
 Flow = Callable[..., Any]
+BUSY_RESEND_SECONDS = 0.2  # a request the Prefect API answered 503 is sent again this soon
+BUSY_PATIENCE_SECONDS = 10.0  # for this long, before Prefect's client back-off takes over
 BEAT_SECONDS = 2.0  # how often a ThreadLauncher says its process lives
 OWNER_STALE_SECONDS = 15.0  # an owner silent this long is gone, and its runs with it
 BEAT_READ_SECONDS = 1.0  # another owner's beat is read again after this long (ThreadLauncher.is_alive)
@@ -187,6 +190,7 @@ class ThreadLauncher:
         self._live: set[str] = set()  # queued or running
         self._lock = threading.Lock()
         self._beats: dict[str, tuple[float, datetime | None]] = {}  # owner -> (monotonic read at, beat)
+        self._prefect_settings = SettingsContext.get()  # its creator's, which a new thread lacks
         self._workers = [
             threading.Thread(target=self._work, daemon=True, name=f"flow-runs-{n}") for n in range(threads)
         ]
@@ -259,6 +263,8 @@ class ThreadLauncher:
 
     def _work(self) -> None:
         with ExitStack() as held:
+            if (settings := self._prefect_settings) is not None:  # e.g. a test harness's API
+                held.enter_context(SettingsContext(profile=settings.profile, settings=settings.settings))
             _share_prefect_client(held)
             while (item := self._queue.get()) is not None:
                 self._run(*item)
@@ -284,6 +290,40 @@ def _share_prefect_client(held: ExitStack) -> None:
     if not PREFECT_API_URL.value():
         return
     try:
-        held.enter_context(SyncClientContext())
+        http = held.enter_context(SyncClientContext()).client._client
+        http._transport = ResendWhenBusy(http._transport)
     except Exception:
         logger.warning("event=shared_prefect_client_failed", exc_info=True)
+
+
+class ResendWhenBusy(httpx.BaseTransport):
+    """Sends a request again every ``pause`` seconds while the Prefect API answers 503, for up to
+    ``patience`` seconds; only then does Prefect's client see the 503.
+
+    A SQLite-backed Prefect server answers 503 under concurrent writes, and Prefect's client then
+    sleeps 2 s, 4 s, ... before it asks again. A lifecycle run's flow-run creation waited so
+    for up to 14 s (seen in bench_pool_economics.py, where 150x time compression made it 35
+    minutes of a task's start), on a server free again a moment later. A body that cannot be
+    sent twice (a stream) is sent once."""
+
+    def __init__(
+        self,
+        inner: httpx.BaseTransport,
+        pause: float = BUSY_RESEND_SECONDS,
+        patience: float = BUSY_PATIENCE_SECONDS,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._inner, self._pause, self._patience, self._sleep = inner, pause, patience, sleep
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        tries = 1 + int(self._patience / self._pause) if isinstance(request.stream, httpx.ByteStream) else 1
+        for _ in range(tries - 1):
+            response = self._inner.handle_request(request)
+            if response.status_code != httpx.codes.SERVICE_UNAVAILABLE:
+                return response
+            response.close()
+            self._sleep(self._pause)
+        return self._inner.handle_request(request)
+
+    def close(self) -> None:
+        self._inner.close()
