@@ -2,9 +2,9 @@
 workload shapes and seeds.
 
 Three arms replay the same seeded synthetic workload (benchmarks/workload.py: --shapes bursty,
-trickle, daily; --seeds), each through the real Dispatcher with its lifecycle and release flows as
-threads of this process (as the end-to-end tests do), against a fresh emulator and a fresh SQLite
-file, under one ephemeral Prefect API:
+trickle, daily; --seeds), each through the real Dispatcher with its lifecycle and release flows run
+by Falcon's ThreadLauncher in threads of this process (as `falcon local` runs them), against a
+fresh emulator and a fresh SQLite file, under one Prefect server (--prefect-db):
 
 * falcon      - Falcon as configured: its CostPolicy keeps an idle pool while the expected wait for
                 the queue's next task costs less than replacing it (src/falcon/domain/pool_economics.py).
@@ -68,7 +68,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -85,11 +85,12 @@ from pool_optimum import Plan, Queue, QueuedTask, optimum  # noqa: E402
 from sqlalchemy.exc import SQLAlchemyError  # noqa: E402
 from workload import SHAPES, TPU_TYPE, SyntheticTask, WorkloadParams, gap_variation, generate, summary  # noqa: E402
 
-from falcon.adapters.clock import utc_now  # noqa: E402
+from falcon.adapters.clock import StoppableClock, utc_now  # noqa: E402
 from falcon.adapters.db import repository as repo  # noqa: E402
 from falcon.adapters.db.migrate import upgrade  # noqa: E402
 from falcon.adapters.db.orm import TaskProgressRow  # noqa: E402
 from falcon.adapters.db.session import session_scope  # noqa: E402
+from falcon.adapters.runs import ThreadLauncher  # noqa: E402
 from falcon.bootstrap import build_services, serving  # noqa: E402
 from falcon.domain.lifecycle import PoolState  # noqa: E402
 from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, node_pool_name_for  # noqa: E402
@@ -436,7 +437,8 @@ class ArmResult:
 
 
 def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Path) -> ArmResult:
-    from tests.integration.launcher import InProcessLauncher
+    from flows.lifecycle import task_lifecycle, task_release
+    from flows.warming import warm_pools
 
     db_url = f"sqlite:///{work / 'falcon.db'}"
     upgrade(db_url)
@@ -458,8 +460,14 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
         )
         get_settings.cache_clear()
         settings = get_settings()
-        launcher = InProcessLauncher()  # Falcon's flows.lifecycle task_lifecycle and task_release
-        services = build_services(settings, launcher)
+        services = build_services(settings)
+        # The flow runs in threads of this process, as `falcon local` runs them (flows/dispatcher.py
+        # runs_in_process): Falcon's ThreadLauncher, its bounded threads and their shared client.
+        launcher = ThreadLauncher(
+            (task_lifecycle, task_release, warm_pools), settings.run_threads, services.store
+        )
+        arm_wiring.callback(launcher.stop, 5.0)
+        services = dataclasses.replace(services, launcher=launcher, clock=StoppableClock(launcher.stopping))
         if arm.keep_policy is not None:
             services = dataclasses.replace(services, keep_policy=arm.keep_policy(services.keep_policy))
         arm_wiring.enter_context(serving(services))  # the arm's flows run on these services too
@@ -499,7 +507,7 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
         result.wall_seconds = time.monotonic() - started
         monitor.stop()
         dispatcher.close()
-        launcher.join(5)
+        launcher.stop(5.0)
 
         state = httpx.get(f"{emulator.url}/emulator/state").json()
         for cluster in state["clusters"]:
@@ -914,6 +922,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="the Falcon arms' FALCON_POOL_START_DELAY_WEIGHT (node-minutes a minute of delay is worth)",
     )
+    parser.add_argument(
+        "--prefect-db",
+        choices=["sqlite", "postgres"],
+        default="sqlite",
+        help="the Prefect server's database (default %(default)s, as `falcon local` runs it)",
+    )
     parser.add_argument("--json", type=Path, help="write every table, summary and goal here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -924,12 +938,13 @@ def main(argv: list[str] | None = None) -> int:
     c = args.compression
     print_setup(c, args.sample)
 
-    from prefect.testing.utilities import prefect_test_harness
-
-    out: dict[str, object] = {"setup": setup(c, args.sample, args.start_delay_weight), "shapes": {}}
+    out: dict[str, object] = {
+        "setup": setup(c, args.sample, args.start_delay_weight, args.prefect_db),
+        "shapes": {},
+    }
     errors = ErrorLog()
     prefect_logger = logging.getLogger("prefect")
-    with prefect_test_harness(server_startup_timeout=120), tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, prefect_api(args.prefect_db, Path(tmp) / "prefect"):
         prefect_logger.addHandler(errors)
         prefect_logger.propagate = False  # failed runs are summarised in the report, not dumped
         for shape in shapes:
@@ -992,8 +1007,31 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def setup(compression: float, sample: float, start_delay_weight: float = 0.0) -> dict[str, object]:
+@contextlib.contextmanager
+def prefect_api(db: str, home: Path) -> Iterator[None]:
+    """The Prefect server every arm's flow runs report to: the test harness's, on SQLite as
+    `falcon local` keeps it, or (``postgres``) a `prefect server` of our own on a throwaway
+    PostgreSQL, as production runs it. A SQLite server answers 503 under concurrent writes; the
+    launcher's threads send such a request again within 0.2 s (ResendWhenBusy in
+    falcon.adapters.runs), where Prefect's client would sleep 2 s, 4 s, ... uncompressed."""
+    if db == "sqlite":
+        from prefect.testing.utilities import prefect_test_harness
+
+        with prefect_test_harness(server_startup_timeout=120):
+            yield
+        return
+    from local_stack import prefect_api as throwaway_prefect_api
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with throwaway_prefect_api(home, db) as url, temporary_settings({PREFECT_API_URL: url}):
+        yield
+
+
+def setup(
+    compression: float, sample: float, start_delay_weight: float = 0.0, prefect_db: str = "sqlite"
+) -> dict[str, object]:
     return {
+        "prefect_db": prefect_db,
         "compression": compression,
         "node_pool_create_s": PROVISION_SECONDS,
         "node_pool_delete_s": PROVISION_SECONDS,
