@@ -466,7 +466,7 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
         launcher = ThreadLauncher(
             (task_lifecycle, task_release, warm_pools), settings.run_threads, services.store
         )
-        arm_wiring.callback(launcher.stop, 5.0)
+        arm_wiring.callback(launcher.stop, 5.0)  # at the arm's end, its runs all ended by then
         services = dataclasses.replace(services, launcher=launcher, clock=StoppableClock(launcher.stopping))
         if arm.keep_policy is not None:
             services = dataclasses.replace(services, keep_policy=arm.keep_policy(services.keep_policy))
@@ -507,7 +507,6 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
         result.wall_seconds = time.monotonic() - started
         monitor.stop()
         dispatcher.close()
-        launcher.stop(5.0)
 
         state = httpx.get(f"{emulator.url}/emulator/state").json()
         for cluster in state["clusters"]:
