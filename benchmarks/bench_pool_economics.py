@@ -71,6 +71,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -423,6 +424,8 @@ class ArmResult:
     node_seconds: NodeSeconds = field(default_factory=NodeSeconds)
     to_running: list[float] = field(default_factory=list)  # emulated seconds, per task that ran
     to_pick: list[float] = field(default_factory=list)  # of it, the wait to be picked, per task that ran
+    # Pick -> Running, emulated seconds, by how the task got its pool (ACQUIRED_BY): where starts go.
+    acquiring: dict[str, list[float]] = field(default_factory=dict)
     never_running: int = 0
     failed_on_inherited_pool: int = 0  # did not succeed, on a pool another task had created
     errors: Counter[str] = field(default_factory=Counter)  # Prefect ERROR logs, by kind
@@ -547,6 +550,9 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
                 result.to_running.append((running_at[task_id] - created_at[task_id]).total_seconds())
                 if picked_at.get(task_id):
                     result.to_pick.append((picked_at[task_id] - created_at[task_id]).total_seconds())
+                    how = acquired_by(row.node_pool_name == own, mode_of.get((row.cluster_id or "", own)))
+                    acquiring = (running_at[task_id] - picked_at[task_id]).total_seconds()
+                    result.acquiring.setdefault(how, []).append(acquiring)
             else:
                 result.never_running += 1
         result.node_seconds = monitor.totals
@@ -554,6 +560,16 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
         result.peak_nodes, result.unknown_pools = monitor.peak_nodes, len(monitor.unknown_pools)
         result.kept_spells = monitor.kept_spells
     return result
+
+
+# How a task that ran got its pool: a pool created for it, per mode, or one another task left.
+ACQUIRED_BY = {"new_reservation": "new res. pool", "new_flex": "new flex pool", "reused": "reused pool"}
+
+
+def acquired_by(own_pool: bool, mode: ProvisioningMode | None) -> str:
+    if not own_pool:
+        return "reused"
+    return "new_flex" if mode is FLEX_START else "new_reservation"
 
 
 def submit(services: Services, task: SyntheticTask, created_at: dict[str, datetime]) -> None:
@@ -619,6 +635,11 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
+def acquiring_of(r: ArmResult, how: str, scale: Callable[[float], float]) -> str:
+    times = r.acquiring.get(how, [])
+    return f"{len(times)}, {scale(statistics.fmean(times)):.1f}" if times else "0, -"
+
+
 def report(results: list[ArmResult], tasks: list[SyntheticTask], compression: float) -> str:
     def hours(seconds: float) -> float:
         return seconds * compression / 3600
@@ -665,6 +686,10 @@ def report(results: list[ArmResult], tasks: list[SyntheticTask], compression: fl
         (
             "  of it waiting to be picked, mean (min)",
             lambda r: f"{minutes(statistics.fmean(r.to_pick)) if r.to_pick else float('nan'):.1f}",
+        ),
+        *(
+            (f"  on a {label}: tasks, pick -> Running (min)", partial(acquiring_of, how=how, scale=minutes))
+            for how, label in ACQUIRED_BY.items()
         ),
         ("submit -> Running, p50 (min)", lambda r: f"{minutes(percentile(r.to_running, 0.5)):.1f}"),
         ("submit -> Running, p90 (min)", lambda r: f"{minutes(percentile(r.to_running, 0.9)):.1f}"),
@@ -746,6 +771,12 @@ def arm_metrics(r: ArmResult, compression: float) -> dict[str, float]:
         / 60,
         "to_running_p90_min": percentile(r.to_running, 0.9) * compression / 60,
         "to_pick_mean_min": (statistics.fmean(r.to_pick) if r.to_pick else math.nan) * compression / 60,
+        **{f"tasks_{how}": len(r.acquiring.get(how, ())) for how in ACQUIRED_BY},
+        **{
+            f"pick_to_running_{how}_min": statistics.fmean(r.acquiring[how]) * compression / 60
+            for how in ACQUIRED_BY
+            if r.acquiring.get(how)
+        },
         "pools_left": r.pools_left,
         # Node-time idle in Falcon's own steps (pool held before its pod is on it, Job ended before
         # the release deleted it), in wall (= emulated) seconds: these steps are not compressed.
@@ -816,6 +847,14 @@ SUMMARY_KEYS = (
     ("to_running_mean_min", "->Running mean min"),
     ("to_running_p90_min", "->Running p90 min"),
     ("to_pick_mean_min", "of it to the pick"),
+    *(
+        key_label
+        for how, label in ACQUIRED_BY.items()
+        for key_label in (
+            (f"tasks_{how}", f"{label}: tasks"),
+            (f"pick_to_running_{how}_min", "  pick->Running min"),
+        )
+    ),
     ("falcon_steps_idle_h", "node-h Falcon steps"),
 )
 
