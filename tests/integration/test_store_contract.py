@@ -183,7 +183,7 @@ def test_snapshot_lists_new_aborting_acquiring_and_the_book_or_its_counts_only_w
     assert snap.acquiring_queues == {Q}
     assert snap.clusters == [C1]
     assert snap.queue_lengths == {Q: 4}  # waiting or acquiring progress rows, whatever the status
-    assert snap.idle_pools == []
+    assert (snap.idle_pools, snap.reservation_pools) == ([], {})
     assert snap.waiting is None and snap.last_actors is None and snap.waiting_counts is None
     # the waiting rows but the aborted one: the book's, and the orphan it cannot hold
     assert store.snapshot(0, with_book=False, with_counts=True).waiting_counts == {Q: 2}
@@ -196,6 +196,28 @@ def test_snapshot_lists_new_aborting_acquiring_and_the_book_or_its_counts_only_w
 
     quiet = store.snapshot(0, with_book=False)  # no new rows: clusters and pools are not read
     assert (quiet.new_tasks, quiet.clusters, quiet.queue_lengths, quiet.idle_pools) == ([], [], {}, [])
+
+
+def test_snapshot_counts_the_live_reservation_pools_when_new_rows_came(
+    store: TaskStore, upstream: Upstream
+) -> None:
+    store.write_ahead_pool(pool("creating", "t1"), T0)
+    idle_pool(store, "kept", T0)
+    store.write_ahead_pool(pool("going", "t2", PoolState.IN_USE), T0)
+    assert store.start_deleting_pool(Q.cluster_id, "going", "t2", T0)
+    store.write_ahead_pool(pool("gone", "t3", PoolState.IN_USE), T0)
+    assert store.start_deleting_pool(Q.cluster_id, "gone", "t3", T0)
+    store.pool_deleted(Q.cluster_id, "gone", T1)
+    store.write_ahead_pool(
+        replace(pool("flex", "t4"), mode=ProvisioningMode.FLEX_START, reservation=None), T0
+    )
+    store.write_ahead_pool(pool("elsewhere", "t5", queue=QueueKey(Q.cluster_id, "4x4")), T0)
+    assert store.snapshot(10, with_book=False).reservation_pools == {}  # no new row: not read
+    upstream.insert("new")
+    snap = store.snapshot(10, with_book=False)
+    # creating, kept and going, not gone nor on flex-start
+    assert snap.reservation_pools == {Q: 3, QueueKey(Q.cluster_id, "4x4"): 1}
+    assert [p.name for p in snap.idle_pools] == ["kept"]
 
 
 def test_running_tasks_are_the_phase_running_ones_with_their_rows(

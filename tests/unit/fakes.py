@@ -23,6 +23,7 @@ from falcon.domain.errors import BusyError, ConflictError, NotFoundError, Perman
 from falcon.domain.events import ResourceView, Stage, TaskMove
 from falcon.domain.job_manifest import TASK_ID_ANNOTATION
 from falcon.domain.lifecycle import (
+    LIVE_POOL_STATES,
     DeleteAsk,
     NodePool,
     Outcome,
@@ -34,6 +35,7 @@ from falcon.domain.lifecycle import (
     TaskView,
     WaitingRow,
     check_phase_move,
+    reservation_pool_counts,
 )
 from falcon.domain.messages import Locale
 from falcon.domain.model import (
@@ -276,6 +278,9 @@ class MemoryTaskStore:
                 clusters=self.clusters() if new else [],
                 queue_lengths=self._queue_lengths() if new else {},
                 idle_pools=self.pools_in([PoolState.IDLE]) if new else [],
+                reservation_pools=reservation_pool_counts(self.pools.values(), LIVE_POOL_STATES)
+                if new
+                else {},
                 waiting=self._waiting_rows() if with_book else None,
                 last_actors=dict(self.rotation) if with_book else None,
                 waiting_counts=self._waiting_counts() if with_counts else None,

@@ -6,7 +6,8 @@ maps to its label once the registry knows the cluster (and to itself otherwise, 
 only after a while); run tags carry what is known of the task; the view lists waiting tasks in
 pick order beside the acquiring one, node pools by state and the reservation room; the
 dispatcher publishes it at its first round and then every ``view_seconds``, and neither a
-Compute failure nor a failing publisher stops a round.
+Compute failure nor a failing publisher stops a round; the reservations it read steer intake's
+choice among equal queues.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.unit.fakes import FakeReservations, cluster, events_of, idle_pool, make_services, queued
+from tests.unit.fakes import FakeReservations, cluster, events_of, idle_pool, make_services, queued, spec_for
 
 from falcon.adapters.known_clusters import KnownClusters
 from falcon.adapters.slots import SlotNames
@@ -235,3 +236,31 @@ def test_a_publisher_that_fails_is_logged_and_the_round_goes_on(caplog: pytest.L
         report = dispatcher.tick()
     assert report.picked == ["t1"]
     assert "event=view_failed" in caplog.text
+
+
+def two_edges(res_a: ReservationCapacity | Exception, b_in_use: int = 0) -> Dispatcher:
+    svc = make_services()
+    svc.store.add_cluster(EDGE)  # type: ignore[attr-defined]
+    svc.store.add_cluster(cluster("c2", name="prod-b", reservation="res-b"))  # type: ignore[attr-defined]
+    reservations = svc.reservations
+    assert isinstance(reservations, FakeReservations)
+    reservations.set(ReservationRef.parse("res-a", "proj"), "us-east5-b", res_a)
+    res_b = replace(ROOM, name="res-b", in_use=b_in_use)
+    reservations.set(ReservationRef.parse("res-b", "proj"), "us-east5-b", res_b)
+    return Dispatcher(svc)
+
+
+def test_a_new_row_goes_where_the_reservation_read_by_the_view_has_room() -> None:
+    dispatcher = two_edges(replace(ROOM, in_use=8))  # prod-a's reservation is full
+    dispatcher.tick()  # the first round reads the reservations
+    dispatcher.services.store.insert_task("t1", spec=spec_for("4x4"))  # type: ignore[attr-defined]
+    dispatcher.tick()
+    assert dispatcher.services.store.task("t1").cluster_id == "c2"
+
+
+def test_a_reservation_compute_cannot_read_counts_as_no_room_not_as_unusable() -> None:
+    dispatcher = two_edges(TemporaryError("503"), b_in_use=8)  # prod-b's is full
+    dispatcher.tick()
+    dispatcher.services.store.insert_task("t1", spec=spec_for("4x4"))  # type: ignore[attr-defined]
+    dispatcher.tick()
+    assert dispatcher.services.store.task("t1").cluster_id == "c1"  # alike: the name decides

@@ -1,7 +1,8 @@
 """The phase table and the rules beside it (falcon.domain.lifecycle).
 
 We test: every (from, to) phase pair against PHASE_MOVES, as a named table and as a property;
-the Outcome builders; the edges of the timeout rule (from dispatched_at, exactly at the deadline).
+the Outcome builders; the edges of the timeout rule (from dispatched_at, exactly at the deadline);
+the nodes Falcon's pools hold on a reservation.
 """
 
 from __future__ import annotations
@@ -13,18 +14,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from falcon.domain.lifecycle import (
+    LIVE_POOL_STATES,
     PHASE_MOVES,
     IllegalPhaseMoveError,
+    NodePool,
     Outcome,
     Phase,
+    PoolState,
     TaskEnded,
     aborted,
     check_phase_move,
     failed,
+    reservation_nodes,
+    reservation_pool_counts,
     succeeded,
     timed_out,
 )
 from falcon.domain.messages import Locale, MessageKey, Messages
+from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey
 from falcon.domain.status import Reason, Status
 
 W, A, R, L, D = Phase.WAITING, Phase.ACQUIRING, Phase.RUNNING, Phase.RELEASING, Phase.DONE
@@ -126,3 +133,27 @@ def test_timed_out_edges(
     dispatched_at: datetime | None, timeout: int | None, now: datetime, expected: bool
 ) -> None:
     assert timed_out(dispatched_at, timeout, now) is expected
+
+
+def pool_on(cluster_id: str, topology: str, mode: ProvisioningMode, state: PoolState, name: str) -> NodePool:
+    return NodePool(cluster_id, name, topology, "ct6e-standard-4t", mode, None, state, None)
+
+
+def test_the_nodes_on_a_reservation_count_its_clusters_live_reservation_pools_by_slice() -> None:
+    res, flex = ProvisioningMode.RESERVATION, ProvisioningMode.FLEX_START
+    pools = [
+        pool_on("c1", "4x4", res, PoolState.IN_USE, "a"),  # 4 nodes
+        pool_on("c1", "2x4", res, PoolState.CREATING, "b"),  # 2
+        pool_on("c1", "2x2", res, PoolState.DELETING, "c"),  # 1
+        pool_on("c1", "2x2", res, PoolState.DELETED, "d"),  # gone
+        pool_on("c1", "4x4", flex, PoolState.IDLE, "e"),  # not on the reservation
+        pool_on("c2", "4x4", res, PoolState.IDLE, "f"),  # another cluster's
+    ]
+    edge = Cluster(
+        "c1", "edge", "proj", "us-east5", "v6e", "logs", "res", ClusterStatus.ACTIVE, "falcon-jobs"
+    )
+    assert reservation_nodes(edge, reservation_pool_counts(pools, LIVE_POOL_STATES)) == 7
+    up = [s for s in LIVE_POOL_STATES if s is not PoolState.CREATING]
+    assert reservation_nodes(edge, reservation_pool_counts(pools, up)) == 5
+    # a topology the cluster's TPU type does not have counts a node, and does not raise
+    assert reservation_nodes(edge, {QueueKey("c1", "9x9x9"): 2}) == 2

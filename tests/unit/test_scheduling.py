@@ -1,9 +1,10 @@
 """Named cases for every scheduling rule of design §3-§5 and §9.
 
 We test: cluster choice (inactive skipped, tpu_type aliases, idle pool over shorter queue,
-shortest queue, deterministic ties, nothing eligible); the pick rule (FIFO within an actor,
-round robin, last actor alone still picked, ties); queue positions and Waiting messages;
-every branch of the provisioning decision; keep-or-delete after a task; idle pool expiry.
+shortest queue, reservation room among equal queues, deterministic ties, nothing eligible); the
+pick rule (FIFO within an actor, round robin, last actor alone still picked, ties); queue
+positions and Waiting messages; every branch of the provisioning decision; keep-or-delete after a
+task; idle pool expiry.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from falcon.domain.messages import Locale
 from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey
@@ -20,6 +23,7 @@ from falcon.domain.scheduling import (
     IdlePool,
     ProvisioningDecision,
     QueuePosition,
+    ReservationBasis,
     ReservationCapacity,
     UnusableReservationError,
     WaitingTask,
@@ -34,6 +38,7 @@ from falcon.domain.scheduling import (
     waiting_messages,
 )
 from falcon.domain.status import Reason
+from falcon.domain.topology import resolve_shape
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -49,6 +54,8 @@ def load(
     idle: Sequence[str] = (),
     queues: Mapping[str, int] | None = None,
     cluster_id: str | None = None,
+    reservation: ReservationBasis | None = None,
+    held: int = 0,
 ) -> ClusterLoad:
     cluster = Cluster(
         id=cluster_id or f"id-{name}",
@@ -61,7 +68,7 @@ def load(
         status=status,
         namespace="falcon-jobs",
     )
-    return ClusterLoad(cluster, frozenset(idle), dict(queues or {}))
+    return ClusterLoad(cluster, frozenset(idle), dict(queues or {}), reservation, held)
 
 
 # --- Cluster choice ---------------------------------------------------------------------------
@@ -145,7 +152,7 @@ def load(
 def test_choose_cluster(
     tpu_type: str, topology: str, clusters: list[ClusterLoad], expected: str | None
 ) -> None:
-    chosen = choose_cluster(tpu_type, topology, clusters)
+    chosen = choose_cluster(tpu_type, resolve_shape(tpu_type, topology), clusters)
     if expected is None:
         assert chosen is None
     else:
@@ -155,9 +162,136 @@ def test_choose_cluster(
 
 def test_choose_cluster_ignores_input_order() -> None:
     clusters = [load("b", queues={"2x2x2": 1}), load("a", queues={"2x2x2": 1}), load("c")]
-    assert {choose_cluster("v7x", "2x2x2", order) for order in (clusters, clusters[::-1])} == {
+    shape = resolve_shape("v7x", "2x2x2")
+    assert {choose_cluster("v7x", shape, order) for order in (clusters, clusters[::-1])} == {
         clusters[2].cluster
     }
+
+
+V6E_MACHINE = "ct6e-standard-4t"
+
+
+def basis(count: int = 8, in_use: int = 0, held_then: int = 0, **read: str) -> ReservationBasis:
+    """A reservation read: ``in_use`` nodes then, ``held_then`` of them Falcon's."""
+    fields = {"status": "READY", "machine_type": V6E_MACHINE} | read
+    return ReservationBasis(ReservationCapacity("res", count, in_use, **fields), held_then)
+
+
+@pytest.mark.parametrize(
+    ("topology", "clusters", "expected"),
+    [
+        pytest.param(
+            "4x4",
+            [
+                load("a", tpu_type="v6e", reservation=basis(8), held=6),
+                load("b", tpu_type="v6e", reservation=basis(4)),
+            ],
+            "b",
+            id="equal queues: the reservation with room for the slice, not the first name",
+        ),
+        pytest.param(
+            "2x2",
+            [
+                load("a", tpu_type="v6e", reservation=basis(8), held=6),
+                load("b", tpu_type="v6e", reservation=basis(4)),
+            ],
+            "a",
+            id="both have room: the name decides as before",
+        ),
+        pytest.param(
+            "4x4",
+            [
+                load("a", tpu_type="v6e", queues={"4x4": 0}),
+                load("b", tpu_type="v6e", queues={"4x4": 1}, reservation=basis(8)),
+            ],
+            "a",
+            id="room does not beat a shorter queue",
+        ),
+        pytest.param(
+            "4x4",
+            [
+                load("a", tpu_type="v6e", idle=["4x4"], queues={"4x4": 1}),
+                load("b", tpu_type="v6e", queues={"4x4": 1}, reservation=basis(8)),
+            ],
+            "a",
+            id="room does not beat an idle pool",
+        ),
+        pytest.param(
+            "2x4",
+            [
+                load("a", tpu_type="v6e", reservation=basis(8, in_use=7, held_then=4), held=4),
+                load("b", tpu_type="v6e", reservation=basis(4, in_use=1, held_then=1), held=2),
+            ],
+            "b",
+            id="others' nodes at the read count: a has 8 - 3 - 4 = 1 free, b 4 - 0 - 2 = 2",
+        ),
+        pytest.param(
+            "2x4",
+            [
+                load("a", tpu_type="v6e", reservation=basis(8, in_use=8, held_then=8), held=2),
+                load("b", tpu_type="v6e", reservation=basis(4), held=3),
+            ],
+            "a",
+            id="Falcon's deletions since the read free room at once",
+        ),
+        pytest.param(
+            "2x2",
+            [
+                load("a", tpu_type="v6e", reservation=basis(8, machine_type="ct5lp-hightpu-4t")),
+                load("b", tpu_type="v6e", reservation=basis(4)),
+            ],
+            "b",
+            id="a reservation of another machine type has no room for the slice",
+        ),
+        pytest.param(
+            "2x2",
+            [
+                load("a", tpu_type="v6e", reservation=basis(8, machine_type="ct5lp-hightpu-4t")),
+                load("b", tpu_type="v6e", reservation=basis(4), held=4),
+            ],
+            "b",
+            id="flex-start beside a full reservation beats a reservation the slice cannot use",
+        ),
+        pytest.param(
+            "2x2",
+            [
+                load("a", tpu_type="v6e", reservation=basis(8, status="CREATING")),
+                load("b", tpu_type="v6e", reservation=basis(4)),
+            ],
+            "b",
+            id="a reservation not READY has no room",
+        ),
+        pytest.param(
+            "2x2",
+            [load("a", tpu_type="v6e"), load("b", tpu_type="v6e", reservation=basis(4), held=4)],
+            "a",
+            id="no reservation and a full one are alike: the name decides",
+        ),
+    ],
+)
+def test_choose_cluster_among_equal_queues_prefers_reservation_room(
+    topology: str, clusters: list[ClusterLoad], expected: str
+) -> None:
+    chosen = choose_cluster("v6e", resolve_shape("v6e", topology), clusters)
+    assert chosen is not None and chosen.name == expected
+
+
+@given(
+    count=st.integers(0, 64),
+    in_use=st.integers(0, 80),
+    held_then=st.integers(0, 80),
+    held_now=st.integers(0, 80),
+    topology=st.sampled_from(["2x2", "2x4", "4x4"]),
+)
+def test_reservation_fits_only_when_its_estimated_room_holds_the_slice(
+    count: int, in_use: int, held_then: int, held_now: int, topology: str
+) -> None:
+    shape = resolve_shape("v6e", topology)
+    room = count - max(0, in_use - held_then) - held_now
+    assert basis(count, in_use, held_then).fits(shape, held_now) is (room >= shape.nodes)
+    # more of Falcon's nodes now never makes room, fewer never takes it away
+    if basis(count, in_use, held_then).fits(shape, held_now + 1):
+        assert basis(count, in_use, held_then).fits(shape, held_now)
 
 
 def test_eligible_clusters_keeps_active_same_type_in_input_order() -> None:

@@ -3,7 +3,9 @@
 We test: a valid row is queued Pending/Waiting with a progress row; a bad spec, a bad timeout
 or an unreadable column ends Failed/InvalidSpec with a message; no active cluster for the TPU
 type ends Failed/NoEligibleCluster; later rows of one batch see the queues earlier rows joined;
-an idle pool of the topology attracts the row; a row aborted before intake is left alone.
+an idle pool of the topology attracts the row; among equal queues a reservation with room does,
+its room the last read less what Falcon's pools (being created, in use, being deleted) hold now;
+a row aborted before intake is left alone.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from dataclasses import replace
 import pytest
 from tests.unit.fakes import MemoryTaskStore, cluster, idle_pool, make_services, spec_for
 
-from falcon.domain.lifecycle import Outcome, Phase
-from falcon.domain.model import ClusterStatus, QueueKey
+from falcon.domain.lifecycle import NodePool, Outcome, Phase, PoolState
+from falcon.domain.model import ClusterStatus, ProvisioningMode, QueueKey
+from falcon.domain.scheduling import ReservationBasis, ReservationCapacity
 from falcon.domain.status import IllegalTransitionError, Reason, Status
 from falcon.services.context import Services
 from falcon.services.intake import IntakeReport, take_in
@@ -159,3 +162,45 @@ def test_store_refuses_an_illegal_status_write() -> None:
     with pytest.raises(IllegalTransitionError):
         store.finish("t1", Outcome(Status.SUCCEEDED), [Status.PENDING], store.clock.now())
     assert store.task("t1").status is Status.PENDING
+
+
+def reservation_pool(name: str, topology: str, cluster_id: str, state: PoolState) -> NodePool:
+    mode = ProvisioningMode.RESERVATION
+    return NodePool(cluster_id, name, topology, "ct6e-standard-4t", mode, "res", state, None)
+
+
+def read(count: int, in_use: int = 0) -> ReservationCapacity:
+    return ReservationCapacity("res", count, in_use, "READY", "ct6e-standard-4t")
+
+
+def test_among_equal_queues_the_reservation_with_room_wins_counting_falcons_pools_now() -> None:
+    svc = make_services()
+    svc.store.add_cluster(cluster("c1", name="a-edge", reservation="res"))
+    svc.store.add_cluster(cluster("c2", name="b-edge", reservation="res"))
+    # Read when both were empty; since then Falcon began creating a 4x4 pool on a's 4 nodes.
+    svc.store.add_pool(reservation_pool("falcon-4x4-new", "4x4", "c1", PoolState.CREATING))
+    bases = {"c1": ReservationBasis(read(4), 0), "c2": ReservationBasis(read(4), 0)}
+    svc.store.insert_task("t1", spec=spec_for("2x2"))
+    take_in(svc.store, svc.store.snapshot(500, with_book=False), svc.say, svc.clock.now(), svc.events, bases)
+    assert svc.store.task("t1").cluster_id == "c2"
+
+
+def test_a_pool_being_deleted_still_holds_its_reservation_nodes() -> None:
+    svc = make_services()
+    svc.store.add_cluster(cluster("c1", name="a-edge", reservation="res"))
+    svc.store.add_cluster(cluster("c2", name="b-edge", reservation="res"))
+    svc.store.add_pool(reservation_pool("falcon-2x2-going", "2x2", "c1", PoolState.DELETING))
+    bases = {"c1": ReservationBasis(read(1, in_use=1), 1), "c2": ReservationBasis(read(1), 0)}
+    svc.store.insert_task("t1", spec=spec_for("2x2"))
+    take_in(svc.store, svc.store.snapshot(500, with_book=False), svc.say, svc.clock.now(), svc.events, bases)
+    assert svc.store.task("t1").cluster_id == "c2"
+
+
+def test_without_a_reservation_read_equal_queues_fall_to_the_name() -> None:
+    svc = make_services()
+    svc.store.add_cluster(cluster("c1", name="a-edge", reservation="res"))
+    svc.store.add_cluster(cluster("c2", name="b-edge", reservation="res"))
+    svc.store.add_pool(reservation_pool("falcon-4x4-new", "4x4", "c1", PoolState.IN_USE))
+    svc.store.insert_task("t1", spec=spec_for("2x2"))
+    intake(svc)
+    assert svc.store.task("t1").cluster_id == "c1"

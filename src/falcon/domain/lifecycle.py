@@ -6,15 +6,17 @@ record beside it. Both have a transition table, and every write is checked again
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from falcon.domain.errors import InvalidSpecError
 from falcon.domain.messages import MessageKey, Messages
 from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, RunningChanges, Task, TaskSpec
 from falcon.domain.scheduling import WaitingTask
 from falcon.domain.status import Reason, Status
-from falcon.domain.topology import SliceShape
+from falcon.domain.topology import SliceShape, resolve_shape
 
 
 class Phase(StrEnum):
@@ -90,6 +92,34 @@ class NodePool:
     def queue(self) -> QueueKey:
         """The queue (cluster, topology) whose tasks the pool can serve."""
         return QueueKey(self.cluster_id, self.topology)
+
+
+def reservation_pool_counts(pools: Iterable[NodePool], states: Iterable[PoolState]) -> dict[QueueKey, int]:
+    """How many of ``pools`` in ``states`` are on a reservation, per (cluster, topology)."""
+    wanted = set(states)
+    counts: dict[QueueKey, int] = {}
+    for p in pools:
+        if p.mode is ProvisioningMode.RESERVATION and p.state in wanted:
+            counts[p.queue] = counts.get(p.queue, 0) + 1
+    return counts
+
+
+def reservation_nodes(cluster: Cluster, counts: Mapping[QueueKey, int]) -> int:
+    """The nodes the pools counted (``reservation_pool_counts``) hold on ``cluster``'s reservation.
+    A topology the cluster's TPU type no longer has (its registry row changed) counts a node a pool:
+    an estimate must not stop intake."""
+    return sum(
+        n * _nodes_or_one(cluster.tpu_type, q.topology)
+        for q, n in counts.items()
+        if q.cluster_id == cluster.id
+    )
+
+
+def _nodes_or_one(tpu_type: str, topology: str) -> int:
+    try:
+        return resolve_shape(tpu_type, topology).nodes
+    except InvalidSpecError:
+        return 1
 
 
 @dataclass(frozen=True)
@@ -187,9 +217,10 @@ class Snapshot:
     new_tasks: list[Task]
     aborting: list[tuple[Task, Phase | None]]
     acquiring_queues: set[QueueKey]
-    clusters: list[Cluster]  # with queue_lengths and idle_pools: read only when new_tasks came
+    clusters: list[Cluster]  # with queue_lengths and the pools: read only when new_tasks came
     queue_lengths: dict[QueueKey, int]
     idle_pools: list[NodePool]
+    reservation_pools: dict[QueueKey, int]  # live pools on a reservation, per (cluster, topology)
     waiting: list[WaitingRow] | None = None  # only when the queue book is (re)loaded
     last_actors: dict[QueueKey, str] | None = None
     waiting_counts: dict[QueueKey, int] | None = None  # only when the queue book is checked

@@ -25,7 +25,7 @@ from falcon.domain.errors import PermanentError
 from falcon.domain.messages import AHEAD_PREVIEW, Locale, waiting_message
 from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, QueueKey
 from falcon.domain.status import Reason
-from falcon.domain.topology import canonical_tpu_type
+from falcon.domain.topology import SliceShape, canonical_tpu_type
 from falcon.domain.warm_pools import surplus_first
 
 # --- Pick rule (§4) -------------------------------------------------------------------------
@@ -166,12 +166,43 @@ def _previews(positions: Mapping[str, QueuePosition]) -> Iterator[QueuePosition]
 
 
 @dataclass(frozen=True)
+class ReservationBasis:
+    """A cluster's reservation as Compute last reported it, and the nodes Falcon's own pools held
+    on it then. With the nodes they hold now it estimates the room between two reads: Falcon's
+    own creations and deletions are most of what changes it, and those it knows at once."""
+
+    read: ReservationCapacity
+    held_then: int  # nodes of Falcon's pools on it that Compute counted in in_use at the read
+
+    def usable_for(self, shape: SliceShape) -> bool:
+        return reservation_problem(self.read, shape.machine_type) is None
+
+    def fits(self, shape: SliceShape, held_now: int) -> bool:
+        """Would a new pool of this slice go on the reservation (§5), Falcon holding ``held_now``?"""
+        if not self.usable_for(shape):
+            return False
+        others = max(0, self.read.in_use - self.held_then)
+        return self.read.count - others - held_now >= shape.nodes
+
+
+@dataclass(frozen=True)
 class ClusterLoad:
     """A cluster with what §3 ranks it by, read by the caller from the pools and the job table."""
 
     cluster: Cluster
     idle_pool_topologies: frozenset[str]  # topologies with an idle (kept) node pool in this cluster
     queue_lengths: Mapping[str, int]  # topology -> tasks waiting or acquiring in that queue
+    reservation: ReservationBasis | None = None  # None: no reservation, or not read yet
+    reservation_held: int = 0  # nodes Falcon's live pools hold on the reservation now
+
+    def reservation_rank(self, shape: SliceShape) -> int:
+        """0: a new pool of the slice would go on the reservation; 1: on flex-start (no room, no
+        reservation, or not read yet); 2: nowhere, the reservation being one it cannot use."""
+        if self.reservation is None:
+            return 1
+        if self.reservation.fits(shape, self.reservation_held):
+            return 0
+        return 1 if self.reservation.usable_for(shape) else 2
 
 
 def eligible_clusters(tpu_type: str, clusters: Sequence[ClusterLoad]) -> list[ClusterLoad]:
@@ -184,22 +215,27 @@ def eligible_clusters(tpu_type: str, clusters: Sequence[ClusterLoad]) -> list[Cl
     ]
 
 
-def choose_cluster(tpu_type: str, topology: str, clusters: Sequence[ClusterLoad]) -> Cluster | None:
+def choose_cluster(tpu_type: str, shape: SliceShape, clusters: Sequence[ClusterLoad]) -> Cluster | None:
     """The §3 choice: an idle pool of this topology first, then the shortest queue.
 
-    Reusing a pool saves the 5-10 minutes of creating one, so it beats a shorter queue. Ties
-    fall to (name, id) so that every replica and every re-run choose the same cluster.
+    Reusing a pool saves the 5-10 minutes of creating one, so it beats a shorter queue. Among
+    equal queues, which §3 leaves open, a reservation with room for the slice comes first: §5
+    puts the pool there, where a flex-start pool would wait for its nodes after its creation too;
+    a reservation the slice cannot use (another machine type, not READY), where the task would
+    fail, comes last. Ties fall to (name, id) so that every replica and every re-run choose the
+    same cluster.
     """
     candidates = eligible_clusters(tpu_type, clusters)
     if not candidates:
         return None
-    best = min(candidates, key=lambda load: _cluster_rank(load, topology))
+    best = min(candidates, key=lambda load: _cluster_rank(load, shape))
     return best.cluster
 
 
-def _cluster_rank(load: ClusterLoad, topology: str) -> tuple[bool, int, str, str]:
-    no_idle_pool = topology not in load.idle_pool_topologies
-    return (no_idle_pool, load.queue_lengths.get(topology, 0), load.cluster.name, load.cluster.id)
+def _cluster_rank(load: ClusterLoad, shape: SliceShape) -> tuple[bool, int, int, str, str]:
+    no_idle_pool = shape.topology not in load.idle_pool_topologies
+    queue = load.queue_lengths.get(shape.topology, 0)
+    return (no_idle_pool, queue, load.reservation_rank(shape), load.cluster.name, load.cluster.id)
 
 
 # --- Provisioning (§5) ----------------------------------------------------------------------

@@ -27,11 +27,20 @@ from functools import partial
 
 from falcon.domain.dispatcher_view import DispatcherView, build_view
 from falcon.domain.events import ResourceView
-from falcon.domain.lifecycle import LIVE_POOL_STATES, NodePool, Phase, PoolState, Progress, Snapshot
+from falcon.domain.lifecycle import (
+    LIVE_POOL_STATES,
+    NodePool,
+    Phase,
+    PoolState,
+    Progress,
+    Snapshot,
+    reservation_nodes,
+    reservation_pool_counts,
+)
 from falcon.domain.messages import MessageKey
 from falcon.domain.model import Cluster, QueueKey, RunningTask
 from falcon.domain.node_pools import ReservationRef
-from falcon.domain.scheduling import ReservationCapacity
+from falcon.domain.scheduling import ReservationBasis, ReservationCapacity
 from falcon.domain.warm_pools import next_change, warm_targets
 from falcon.services import reconcile
 from falcon.services.context import Services
@@ -229,6 +238,8 @@ class Dispatcher:
         self._checks_since_reload = 0
         self._reconcile_timer = Every(settings.reconcile_seconds)
         self._view_timer = Every(settings.view_seconds)
+        # cluster id -> its reservation as the view last read it: intake's §3 tie-break
+        self._reservations: dict[str, ReservationBasis] = {}
         # The first scan comes a little after start: it builds every cluster's clients, and the
         # first ticks are those a restart's backlog of new rows waits on.
         period = settings.orphan_scan_seconds
@@ -332,7 +343,7 @@ class Dispatcher:
         self._check_book(snapshot)
         laps.lap("snapshot")
         now = clock.now()
-        intake = take_in(svc.store, snapshot, svc.say, now, svc.events)
+        intake = take_in(svc.store, snapshot, svc.say, now, svc.events, self._reservations)
         for queue, task in intake.queued:
             self.book.add(queue, task)
         report.queued, report.failed = [t.task_id for _, t in intake.queued], intake.failed
@@ -488,6 +499,7 @@ class Dispatcher:
             running = Counter(p.queue.cluster_id for p in working if p.phase is Phase.RUNNING and p.queue)
             pools = svc.store.pools_in(LIVE_POOL_STATES)
             room = {c.id: self._room(c) for c in clusters}
+            self._note_reservations(clusters, room, pools)
             warm = {
                 (p.cluster_id, p.name)
                 for p in pools
@@ -499,6 +511,20 @@ class Dispatcher:
                 self._publish(build_view(clusters, waiting, last_actors, acquiring, running, pools, room))
         except Exception:
             logger.warning("event=view_failed", exc_info=True)
+
+    def _note_reservations(
+        self, clusters: list[Cluster], room: Mapping[str, ReservationCapacity | None], pools: list[NodePool]
+    ) -> None:
+        """Keep each reservation read, with the nodes Falcon held on it then, for intake's cluster
+        choice; a cluster whose read failed keeps its last one. One assignment: the tick reads it."""
+        # Compute counts a pool's nodes in use once they exist, not while it is being created.
+        counted = reservation_pool_counts(pools, [s for s in LIVE_POOL_STATES if s is not PoolState.CREATING])
+        read = {
+            c.id: ReservationBasis(capacity, reservation_nodes(c, counted))
+            for c in clusters
+            if (capacity := room[c.id]) is not None
+        }
+        self._reservations = {**self._reservations, **read}
 
     def _room(self, cluster: Cluster) -> ReservationCapacity | None:
         """The cluster's reservation as Compute reports it now; None without one or an answer."""

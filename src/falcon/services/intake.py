@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import unicodedata
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from falcon.domain.errors import InvalidSpecError
 from falcon.domain.events import Stage, TaskMove
-from falcon.domain.lifecycle import NodePool, Outcome, Snapshot, failed
+from falcon.domain.lifecycle import Outcome, Snapshot, failed, reservation_nodes
 from falcon.domain.messages import MessageKey, Messages
-from falcon.domain.model import Cluster, QueueKey, Task, TaskSpec, shown
-from falcon.domain.scheduling import ClusterLoad, WaitingTask, choose_cluster
+from falcon.domain.model import QueueKey, Task, TaskSpec, shown
+from falcon.domain.scheduling import ClusterLoad, ReservationBasis, WaitingTask, choose_cluster
 from falcon.domain.status import Reason, Status
 from falcon.domain.topology import SliceShape, resolve_shape
 from falcon.services.ports import TaskEvents, TaskStore
@@ -88,7 +88,7 @@ def decide(tasks: Sequence[Task], loads: list[ClusterLoad], say: Messages) -> li
             outcome = failed(say, Reason.INVALID_SPEC, MessageKey.INVALID_SPEC, detail=exc)
             admissions.append(Admission(task, None, outcome))
             continue
-        cluster = choose_cluster(task.tpu_type, shape.topology, loads)
+        cluster = choose_cluster(task.tpu_type, shape, loads)
         if cluster is None:
             outcome = failed(
                 say, Reason.NO_ELIGIBLE_CLUSTER, MessageKey.NO_ELIGIBLE_CLUSTER, tpu_type=task.tpu_type
@@ -102,13 +102,19 @@ def decide(tasks: Sequence[Task], loads: list[ClusterLoad], say: Messages) -> li
 
 
 def take_in(
-    store: TaskStore, snapshot: Snapshot, say: Messages, now: datetime, events: TaskEvents
+    store: TaskStore,
+    snapshot: Snapshot,
+    say: Messages,
+    now: datetime,
+    events: TaskEvents,
+    reservations: Mapping[str, ReservationBasis] | None = None,
 ) -> IntakeReport:
-    """Queue the snapshot's new rows or end them; each row taken is reported to ``events``."""
+    """Queue the snapshot's new rows or end them; each row taken is reported to ``events``.
+    ``reservations``: each cluster's reservation as last read (cluster id -> basis), if known."""
     report = IntakeReport()
     if not snapshot.new_tasks:
         return report
-    loads = cluster_loads(snapshot.clusters, snapshot.queue_lengths, snapshot.idle_pools)
+    loads = cluster_loads(snapshot, reservations or {})
     queued: dict[str, tuple[QueueKey, Task]] = {}
     for admission in decide(snapshot.new_tasks, loads, say):
         task = admission.task
@@ -138,16 +144,24 @@ def _tell(
     events.moved(TaskMove(task.id, queue, Stage.NEW, target, now, task.created_at, outcome=outcome))
 
 
-def cluster_loads(
-    clusters: list[Cluster], lengths: dict[QueueKey, int], idle_pools: list[NodePool]
-) -> list[ClusterLoad]:
+def cluster_loads(snapshot: Snapshot, reservations: Mapping[str, ReservationBasis]) -> list[ClusterLoad]:
+    """What §3 ranks each cluster by, from what the tick read and the reservations last read."""
     idle: dict[str, set[str]] = defaultdict(set)
-    for pool in idle_pools:
+    for pool in snapshot.idle_pools:
         idle[pool.cluster_id].add(pool.topology)
     per_cluster: dict[str, dict[str, int]] = defaultdict(dict)
-    for queue, n in lengths.items():
+    for queue, n in snapshot.queue_lengths.items():
         per_cluster[queue.cluster_id][queue.topology] = n
-    return [ClusterLoad(c, frozenset(idle[c.id]), per_cluster[c.id]) for c in clusters]
+    return [
+        ClusterLoad(
+            c,
+            frozenset(idle[c.id]),
+            per_cluster[c.id],
+            reservations.get(c.id),
+            reservation_nodes(c, snapshot.reservation_pools),
+        )
+        for c in snapshot.clusters
+    ]
 
 
 def _count_one_more(loads: list[ClusterLoad], queue: QueueKey) -> list[ClusterLoad]:
@@ -156,6 +170,6 @@ def _count_one_more(loads: list[ClusterLoad], queue: QueueKey) -> list[ClusterLo
         if load.cluster.id == queue.cluster_id:
             lengths = dict(load.queue_lengths)
             lengths[queue.topology] = lengths.get(queue.topology, 0) + 1
-            load = ClusterLoad(load.cluster, load.idle_pool_topologies, lengths)
+            load = replace(load, queue_lengths=lengths)
         out.append(load)
     return out

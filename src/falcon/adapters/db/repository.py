@@ -901,6 +901,20 @@ def queue_lengths(session: Session) -> dict[QueueKey, int]:
     return {QueueKey(c or "", t or ""): n for c, t, n in session.execute(query)}
 
 
+def reservation_pool_counts(session: Session, states: Sequence[PoolState]) -> dict[QueueKey, int]:
+    """Falcon's pools in ``states`` on a reservation, per (cluster, topology): what intake needs of
+    them to estimate each reservation's room (``domain.lifecycle.reservation_pool_counts``)."""
+    query = (
+        sa.select(NodePoolRow.cluster_id, NodePoolRow.topology, sa.func.count())
+        .where(
+            NodePoolRow.state.in_([s.value for s in states]),
+            NodePoolRow.mode == ProvisioningMode.RESERVATION.value,
+        )
+        .group_by(NodePoolRow.cluster_id, NodePoolRow.topology)
+    )
+    return {QueueKey(c, t): n for c, t, n in session.execute(query)}
+
+
 # -- the tick's read -----------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ from falcon.adapters.db import repository as repo
 from falcon.adapters.db.session import read_scope, session_scope
 from falcon.adapters.metrics import IN_DATABASE
 from falcon.domain.lifecycle import (
+    LIVE_POOL_STATES,
     DeleteAsk,
     NodePool,
     Outcome,
@@ -74,6 +75,7 @@ class SqlTaskStore:
                 clusters=repo.list_clusters(s) if new else [],
                 queue_lengths=repo.queue_lengths(s) if new else {},
                 idle_pools=repo.pools_in(s, [PoolState.IDLE]) if new else [],
+                reservation_pools=repo.reservation_pool_counts(s, LIVE_POOL_STATES) if new else {},
                 waiting=repo.waiting_rows(s) if with_book else None,
                 last_actors=repo.last_actors(s) if with_book else None,
                 waiting_counts=steady.waiting_counts,
