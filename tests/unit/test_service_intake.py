@@ -173,34 +173,32 @@ def read(count: int, in_use: int = 0) -> ReservationCapacity:
     return ReservationCapacity("res", count, in_use, "READY", "ct6e-standard-4t")
 
 
-def test_among_equal_queues_the_reservation_with_room_wins_counting_falcons_pools_now() -> None:
+def chosen_beside(pool: NodePool, bases: dict[str, ReservationBasis] | None) -> str | None:
+    """The cluster a new 2x2 row joins, of a-edge (c1, holding ``pool``) and b-edge (c2), both of
+    empty queues, with the reservations as last read (None: never read)."""
     svc = make_services()
     svc.store.add_cluster(cluster("c1", name="a-edge", reservation="res"))
     svc.store.add_cluster(cluster("c2", name="b-edge", reservation="res"))
-    # Read when both were empty; since then Falcon began creating a 4x4 pool on a's 4 nodes.
-    svc.store.add_pool(reservation_pool("falcon-4x4-new", "4x4", "c1", PoolState.CREATING))
-    bases = {"c1": ReservationBasis(read(4), 0), "c2": ReservationBasis(read(4), 0)}
+    svc.store.add_pool(pool)
     svc.store.insert_task("t1", spec=spec_for("2x2"))
     take_in(svc.store, svc.store.snapshot(500, with_book=False), svc.say, svc.clock.now(), svc.events, bases)
-    assert svc.store.task("t1").cluster_id == "c2"
+    return svc.store.task("t1").cluster_id
+
+
+def test_among_equal_queues_the_reservation_with_room_wins_counting_falcons_pools_now() -> None:
+    # Read when both were empty; since then Falcon began creating a 4x4 pool on a's 4 nodes.
+    creating = reservation_pool("falcon-4x4-new", "4x4", "c1", PoolState.CREATING)
+    assert (
+        chosen_beside(creating, {"c1": ReservationBasis(read(4), 0), "c2": ReservationBasis(read(4), 0)})
+        == "c2"
+    )
 
 
 def test_a_pool_being_deleted_still_holds_its_reservation_nodes() -> None:
-    svc = make_services()
-    svc.store.add_cluster(cluster("c1", name="a-edge", reservation="res"))
-    svc.store.add_cluster(cluster("c2", name="b-edge", reservation="res"))
-    svc.store.add_pool(reservation_pool("falcon-2x2-going", "2x2", "c1", PoolState.DELETING))
+    going = reservation_pool("falcon-2x2-going", "2x2", "c1", PoolState.DELETING)
     bases = {"c1": ReservationBasis(read(1, in_use=1), 1), "c2": ReservationBasis(read(1), 0)}
-    svc.store.insert_task("t1", spec=spec_for("2x2"))
-    take_in(svc.store, svc.store.snapshot(500, with_book=False), svc.say, svc.clock.now(), svc.events, bases)
-    assert svc.store.task("t1").cluster_id == "c2"
+    assert chosen_beside(going, bases) == "c2"
 
 
 def test_without_a_reservation_read_equal_queues_fall_to_the_name() -> None:
-    svc = make_services()
-    svc.store.add_cluster(cluster("c1", name="a-edge", reservation="res"))
-    svc.store.add_cluster(cluster("c2", name="b-edge", reservation="res"))
-    svc.store.add_pool(reservation_pool("falcon-4x4-new", "4x4", "c1", PoolState.IN_USE))
-    svc.store.insert_task("t1", spec=spec_for("2x2"))
-    intake(svc)
-    assert svc.store.task("t1").cluster_id == "c1"
+    assert chosen_beside(reservation_pool("falcon-4x4-new", "4x4", "c1", PoolState.IN_USE), None) == "c1"
