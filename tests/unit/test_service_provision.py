@@ -370,6 +370,106 @@ def test_a_deletion_marked_longer_ago_than_twice_the_creation_prior_is_not_waite
     assert svc.store.pool("c1", "falcon-2x4-stuck").state is PoolState.DELETING
 
 
+def fallen_back(svc: Services) -> tuple[TaskView, PoolChoice]:
+    """A task whose reservation was full when it decided: its pool is planned flex-start."""
+    svc.reservations.set(RES, ZONE, capacity(1, 1))
+    view, choice = planned(svc)
+    assert choice.plan is not None and choice.plan.mode is ProvisioningMode.FLEX_START
+    return view, choice
+
+
+def room_freed(svc: Services, polls: int, name: str | None = None) -> list[int]:
+    """At the task's ``polls``-th poll the reservation has room again (``name``: the deletion that
+    went first is done)."""
+
+    def freed() -> None:
+        if name is not None:
+            svc.store.pool_deleted("c1", name, svc.clock.now())
+        svc.reservations.set(RES, ZONE, capacity(1, 0))
+
+    return at_polls(svc, {polls: freed})
+
+
+def test_a_fallback_that_waited_for_a_deletion_takes_the_reservation_room_the_deletion_freed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    svc = one_cluster(reservation="res-a")
+    view, choice = fallen_back(svc)
+    marked_for_deletion(svc, "falcon-2x4-spare")
+    room_freed(svc, 2, "falcon-2x4-spare")
+    caplog.set_level("INFO", logger="falcon")
+    wait_pool_ready(svc, view, choice, svc.clock.now())
+    [asked] = svc.node_pools.plans
+    assert (asked.name, asked.mode, asked.reservation, asked.initial_nodes) == (
+        POOL,
+        ProvisioningMode.RESERVATION,
+        "res-a",
+        1,
+    )
+    pool = svc.store.pool("c1", POOL)
+    assert (pool.state, pool.mode, pool.reservation) == (
+        PoolState.IN_USE,
+        ProvisioningMode.RESERVATION,
+        "res-a",
+    )
+    task = svc.store.task("t1")
+    assert (task.reason, task.message) == (Reason.PROVISIONING, "Creating node pool (reservation: res-a)...")
+    assert f"event=fallback_withdrawn task_id=t1 pool={POOL}" in caplog.messages
+
+
+def test_a_fallback_refused_while_gke_was_busy_takes_reservation_room_that_came_meanwhile() -> None:
+    svc = one_cluster(reservation="res-a")
+    view, choice = fallen_back(svc)
+    svc.node_pools.refuse_create(1)
+    room_freed(svc, 1)  # the operation GKE was busy with freed the room
+    wait_pool_ready(svc, view, choice, svc.clock.now())
+    assert svc.node_pools.count("create") == 2  # refused as flex-start, accepted on the reservation
+    assert [p.mode for p in svc.node_pools.plans] == [ProvisioningMode.RESERVATION]
+    assert svc.store.pool("c1", POOL).mode is ProvisioningMode.RESERVATION
+
+
+def test_a_fallback_still_short_of_room_after_its_wait_stays_flex_start() -> None:
+    svc = one_cluster(reservation="res-a")
+    view, choice = fallen_back(svc)
+    marked_for_deletion(svc, "falcon-2x4-spare")
+    gone_after(svc, 2, "c1", "falcon-2x4-spare")  # a flex-start pool: no room freed
+    wait_pool_ready(svc, view, choice, svc.clock.now())
+    assert svc.node_pools.plans == [choice.plan]
+    assert svc.store.pool("c1", POOL).mode is ProvisioningMode.FLEX_START
+    assert svc.store.task("t1").reason is Reason.PROVISIONING_FALLBACK
+
+
+def test_a_fallback_gke_already_has_keeps_its_mode_even_when_room_came() -> None:
+    svc = one_cluster(reservation="res-a")
+    view, choice = fallen_back(svc)
+    svc.node_pools.add_existing(svc.store.clusters()[0], POOL, polls_to_ready=2)  # an earlier attempt's
+    marked_for_deletion(svc, "falcon-2x4-spare")
+    room_freed(svc, 1, "falcon-2x4-spare")
+    wait_pool_ready(svc, view, choice, svc.clock.now())
+    assert svc.node_pools.plans == []  # 409 for the flex-start create it asked again
+    assert svc.store.pool("c1", POOL).mode is ProvisioningMode.FLEX_START
+    assert len(svc.reservations.calls) == 1  # the decision only: GKE's answer settled it
+
+
+def test_a_fallback_whose_reservation_cannot_be_read_after_its_wait_stays_flex_start() -> None:
+    svc = one_cluster(reservation="res-a")
+    view, choice = fallen_back(svc)
+    marked_for_deletion(svc, "falcon-2x4-spare")
+    at_polls(svc, {1: lambda: svc.reservations.set(RES, ZONE, TemporaryError("compute 503"))})
+    gone_after(svc, 2, "c1", "falcon-2x4-spare")
+    wait_pool_ready(svc, view, choice, svc.clock.now())
+    assert svc.node_pools.plans == [choice.plan]
+    assert svc.store.task("t1").reason is Reason.PROVISIONING_FALLBACK
+
+
+def test_a_fallback_asked_at_once_reads_the_reservation_only_for_its_decision() -> None:
+    svc = one_cluster(reservation="res-a")
+    view, choice = fallen_back(svc)
+    svc.reservations.set(RES, ZONE, capacity(1, 0))  # room came, but nothing made the task wait
+    wait_pool_ready(svc, view, choice, svc.clock.now())
+    assert svc.node_pools.plans == [choice.plan] and len(svc.reservations.calls) == 1
+
+
 def test_pool_created_by_an_earlier_attempt_is_not_created_again() -> None:
     svc = one_cluster()
     view, choice = planned(svc)

@@ -268,6 +268,8 @@ def wait_pool_ready(services: Services, view: TaskView, choice: PoolChoice, star
             if _deletions_go_first(services, view, arrived, deferred):
                 deferred = True
             else:
+                if deferred or isinstance(refusal, BusyError):
+                    plan = _reservation_after_all(services, view, plan)
                 refusal = _try_create(services, view, plan)
                 plan = plan if refusal else None
                 wait = services.settings.gke_busy_retry_seconds if isinstance(refusal, BusyError) else 0.0
@@ -341,6 +343,40 @@ def _deletions_go_first(services: Services, view: TaskView, arrived: datetime, d
     if marked and not deferred:
         logger.info("event=create_after_deletions task_id=%s deletions=%d", view.task.id, marked)
     return marked > 0
+
+
+def _reservation_after_all(services: Services, view: TaskView, plan: NodePoolPlan) -> NodePoolPlan:
+    """A flex-start fallback that had to wait (behind the cluster's deletions, or for GKE's one
+    operation) goes to the reservation if room has come since it was decided: a deletion that
+    went first often frees it, and a reservation pool is up a scale-up sooner than a flex-start
+    one. Only a pool GKE does not have is replanned, so a create that reached GKE keeps its mode;
+    when GKE or Compute cannot be read now, the fallback stands."""
+    if plan.mode is not ProvisioningMode.FLEX_START or not view.cluster.default_reservation:
+        return plan
+    try:
+        services.node_pools.get(view.cluster, plan.name)
+        return plan
+    except NotFoundError:
+        pass
+    except FalconError:
+        return plan
+    now = services.clock.now()
+    try:
+        with services.store.cluster_locked(view.cluster.id) as store:
+            decision = decide_placement(services, store, view.cluster, view.shape)
+            if decision.mode is not ProvisioningMode.RESERVATION:
+                return plan
+            better = _plan(view, decision.mode, decision.reservation)
+            if not store.replan_pool(
+                view.cluster.id, plan.name, view.task.id, better.mode, better.reservation, now
+            ):
+                return plan
+            message = _provisioning_message(services, decision)
+            store.note_pending(view.task.id, message, now, decision.reason)
+    except FalconError:
+        return plan
+    logger.info("event=fallback_withdrawn task_id=%s pool=%s", view.task.id, plan.name)
+    return better
 
 
 def _try_create(services: Services, view: TaskView, plan: NodePoolPlan) -> TemporaryError | None:

@@ -1151,6 +1151,20 @@ def pool_ready(session: Session, cluster_id: str, name: str, now: datetime) -> N
     _move_pool(session, cluster_id, name, now, values, [PoolState.CREATING])
 
 
+def replan_pool(
+    session: Session,
+    cluster_id: str,
+    name: str,
+    holder: str,
+    mode: ProvisioningMode,
+    reservation: str | None,
+    now: datetime,
+) -> bool:
+    """The holder's pool, recorded but not yet created, is to be created in another mode."""
+    values: dict[Any, Any] = {NodePoolRow.mode: mode.value, NodePoolRow.reservation: reservation}
+    return _move_pool(session, cluster_id, name, now, values, [PoolState.CREATING], holder)
+
+
 def keep_pool(session: Session, cluster_id: str, name: str, holder: str, now: datetime) -> bool:
     """Delayed deletion: the holder's ready pool goes idle for the queue's next task."""
     values: dict[Any, Any] = {

@@ -23,7 +23,7 @@ from falcon.domain.lifecycle import (
     RoundSnapshot,
     Snapshot,
 )
-from falcon.domain.model import Cluster, QueueKey, RunningRead, RunningTask, Task
+from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, RunningRead, RunningTask, Task
 from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.status import Reason, Status
 from falcon.domain.warm_pools import WarmRule
@@ -254,6 +254,18 @@ class SqlTaskStore:
     def pool_ready(self, cluster_id: str, name: str, now: datetime) -> None:
         with self._tx() as s:
             repo.pool_ready(s, cluster_id, name, now)
+
+    def replan_pool(
+        self,
+        cluster_id: str,
+        name: str,
+        holder: str,
+        mode: ProvisioningMode,
+        reservation: str | None,
+        now: datetime,
+    ) -> bool:
+        with self._tx() as s:
+            return repo.replan_pool(s, cluster_id, name, holder, mode, reservation, now)
 
     def keep_pool(self, cluster_id: str, name: str, holder: str, now: datetime) -> bool:
         with self._tx() as s:
