@@ -23,7 +23,9 @@ The baselines inject their policy through Falcon's own seam: the arm's Services 
 Beside them, the offline optimum (benchmarks/pool_optimum.py): with the arrivals, run times and
 cluster choices of the falcon arm's replay (of the first arm run, without it) and each task's
 creation time for the mode its pool had there, the fewest node-hours any keep-or-delete policy
-could spend, and the creations it avoids.
+could spend, and the creations it avoids. Beside the keep-all arm, ``opt@start``: the fewest the
+optimum's model allows a plan that keeps the start goal (``optimum_rows`` says how), so the report
+can say whether the two goals can be met together on a seed at all.
 
 Measured, per arm:
 * node pools created: the emulator's counters (``GET /emulator/state``), split by mode from the DB;
@@ -82,7 +84,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 import httpx  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
-from pool_optimum import Plan, Queue, QueuedTask, optimum  # noqa: E402
+from pool_optimum import Plan, Queue, QueuedTask, least_wait, optimum  # noqa: E402
 from sqlalchemy.exc import SQLAlchemyError  # noqa: E402
 from workload import SHAPES, TPU_TYPE, SyntheticTask, WorkloadParams, gap_variation, generate, summary  # noqa: E402
 
@@ -736,9 +738,11 @@ def report(results: list[ArmResult], tasks: list[SyntheticTask], compression: fl
 # --- the optimum, the tables and the goals ------------------------------------------------------
 
 
-def offline_optimum(tasks: list[SyntheticTask], placements: dict[str, tuple[str, ProvisioningMode]]) -> Plan:
-    """The optimum (emulated node-seconds) of the tasks that ran, on the clusters and in the modes of
-    the replay; a task runs its containers' time plus its pod's start, as the poll counts busy."""
+def optimum_queues(
+    tasks: list[SyntheticTask], placements: dict[str, tuple[str, ProvisioningMode]]
+) -> list[Queue]:
+    """The optimum's queues (emulated seconds): the tasks that ran, on the clusters and in the modes
+    of the replay; a task runs its containers' time plus its pod's start, as the poll counts busy."""
     queues: dict[tuple[str, str], list[QueuedTask]] = {}
     nodes: dict[tuple[str, str], int] = {}
     for t in tasks:
@@ -749,7 +753,23 @@ def offline_optimum(tasks: list[SyntheticTask], placements: dict[str, tuple[str,
         run = t.run_seconds + POD_START_SECONDS
         queues.setdefault(key, []).append(QueuedTask(t.arrival, run, CREATION_SECONDS[mode]))
         nodes[key] = t.nodes
-    return optimum(Queue(nodes[key], PROVISION_SECONDS, queued) for key, queued in queues.items())
+    return [Queue(nodes[key], PROVISION_SECONDS, queued) for key, queued in queues.items()]
+
+
+def optimum_rows(
+    queues: list[Queue], keep_all: ArmResult | None, compression: float
+) -> dict[str, dict[str, float]]:
+    """The optimum, and beside the keep-all arm the optimum within the start goal (``opt@start``):
+    the fewest node-hours of a plan whose tasks wait for new pools no longer, all together, than
+    the least any plan waits plus 10 % of keep-all's measured submit -> Running summed over its
+    tasks. If keep-all waits for pools only the least any plan does (it reuses whenever it can), and
+    Falcon's time outside that wait (the pick, its steps, GKE's one operation per cluster) is no
+    shorter than keep-all's, a policy meeting the start goal spends at least that many node-hours."""
+    rows = {"optimum": optimum_metrics(optimum(queues), compression)}
+    if keep_all is not None and keep_all.to_running:
+        budget = least_wait(queues) + 0.1 * sum(keep_all.to_running)
+        rows["opt@start"] = optimum_metrics(optimum(queues, max_wait=budget), compression)
+    return rows
 
 
 def arm_metrics(r: ArmResult, compression: float) -> dict[str, float]:
@@ -796,6 +816,7 @@ def optimum_metrics(plan: Plan, compression: float) -> dict[str, float]:
         "idle_h": plan.idle * compression / 3600,
         "provisioning_h": plan.provisioning * compression / 3600,
         "total_h": plan.total * compression / 3600,
+        "pool_wait_mean_min": plan.wait / plan.tasks * compression / 60 if plan.tasks else math.nan,
     }
 
 
@@ -856,6 +877,7 @@ SUMMARY_KEYS = (
         )
     ),
     ("falcon_steps_idle_h", "node-h Falcon steps"),
+    ("pool_wait_mean_min", "model's pool wait min"),
 )
 
 
@@ -912,6 +934,15 @@ def goals(runs: list[dict[str, dict[str, float]]]) -> list[Goal]:
                 avoided >= 0.9 * best,
                 f"{avoided:.0f} of {best:.0f} over the seeds"
                 + (f" ({avoided / best:.0%})" if best else " (the optimum avoids none)"),
+            )
+        )
+    if seeds := have("opt@start", "optimum"):
+        excess = [run["opt@start"]["total_h"] / run["optimum"]["total_h"] - 1 for run in seeds]
+        found.append(
+            Goal(
+                "(the model) a plan keeping the start goal within 15 % of the optimum, on average",
+                statistics.fmean(excess) <= 0.15,
+                f"mean {statistics.fmean(excess):+.1%} (" + ", ".join(f"{e:+.1%}" for e in excess) + ")",
             )
         )
     if seeds := have("falcon", "keep-all"):
@@ -1015,7 +1046,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows = {r.arm.name: arm_metrics(r, c) for r in results}
                 if results:
                     basis = next((r for r in results if r.arm.name == "falcon"), results[0])
-                    rows["optimum"] = optimum_metrics(offline_optimum(tasks, basis.placements), c)
+                    keep_all = next((r for r in results if r.arm.name == "keep-all"), None)
+                    rows |= optimum_rows(optimum_queues(tasks, basis.placements), keep_all, c)
                     print(
                         f"  (the optimum takes the clusters and modes of the {basis.arm.name} arm's replay)"
                     )

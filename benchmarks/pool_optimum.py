@@ -44,6 +44,11 @@ arrival, i < j:
 Every plan of the model is a solution (chains of next[] are its pools) and every solution is a plan,
 so the program's minimum is the model's. A second solve, with the cost held at that minimum, finds
 the fewest creations among the plans that reach it.
+
+A plan's *wait* is what its tasks wait for new pools, sum_j c_j new[j] (a reused task waits for
+nothing in the model). ``least_wait`` is the least any plan waits, and ``optimum(queues, max_wait)``
+the fewest node-seconds among the plans that wait at most ``max_wait`` all together: the trade
+between the two goals of start time and node-hours, as the model sees it.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ class Plan:
     provisioning: float = 0.0
     tasks: int = 0
     creations: int = 0
+    wait: float = 0.0  # seconds the tasks waited for their new pools, all together (not node-weighted)
 
     @property
     def total(self) -> float:
@@ -97,36 +103,50 @@ class Plan:
             self.provisioning + other.provisioning,
             self.tasks + other.tasks,
             self.creations + other.creations,
+            self.wait + other.wait,
         )
 
 
-def optimum(queues: Iterable[Queue]) -> Plan:
-    """The minimum node-seconds over every queue (queues share no pools, so their minima add up)."""
-    total = Plan()
-    for queue in queues:
-        total += queue_optimum(queue)
-    return total
+def optimum(queues: Iterable[Queue], max_wait: float | None = None) -> Plan:
+    """The minimum node-seconds over every queue (queues share no pools, so their minima add up).
+
+    With ``max_wait``, the minimum among the plans whose tasks wait for new pools at most that many
+    seconds all together: the queues then share one budget and are solved as one program."""
+    if max_wait is None:
+        return sum((queue_optimum(queue) for queue in queues), Plan())
+    h = _highs()
+    programs = [_program(h, queue) for queue in queues if queue.tasks]
+    if not programs:
+        return Plan()
+    cost, wait = highspy.highs_linear_expression(), highspy.highs_linear_expression()
+    for program in programs:
+        cost += program.queue.nodes * program.cost
+        wait += program.wait
+    h.addConstr(wait <= max_wait)
+    _hold_minimum(h, cost)
+    _minimise(h, _total(v for program in programs for v in program.new))
+    return sum((program.plan(h) for program in programs), Plan())
 
 
 def queue_optimum(queue: Queue) -> Plan:
-    tasks = sorted(queue.tasks, key=lambda t: t.arrival)
-    if not tasks:
+    if not queue.tasks:
         return Plan()
-    h, new, links, cost = _program(tasks, queue.delete)
-    waste = _minimise(h, cost)
-    h.addConstr(cost <= waste + _SLACK * max(1.0, waste))
-    _minimise(h, _total(new))
-    created = {j for j, v in enumerate(new) if round(h.val(v))}
-    chosen = [(i, j) for i, j, v in links if round(h.val(v))]
-    gaps = sum(tasks[j].arrival - _end(tasks[i], i in created) for i, j in chosen)
-    n = queue.nodes
-    return Plan(
-        busy=n * sum(t.run for t in tasks),
-        idle=n * (gaps + queue.delete * len(created)),
-        provisioning=n * sum(tasks[j].create for j in created),
-        tasks=len(tasks),
-        creations=len(created),
-    )
+    h = _highs()
+    program = _program(h, queue)
+    _hold_minimum(h, program.cost)
+    _minimise(h, _total(program.new))
+    return program.plan(h)
+
+
+def least_wait(queues: Iterable[Queue]) -> float:
+    """The fewest seconds any plan of the model makes its tasks wait for new pools, all together:
+    each task reuses whenever a pool of its queue can be free by its arrival (keep every pool)."""
+    total = 0.0
+    for queue in queues:
+        if queue.tasks:
+            h = _highs()
+            total += _minimise(h, _program(h, queue).wait)
+    return total
 
 
 _SLACK = 1e-9  # relative: the second solve holds the cost at the first's minimum, up to rounding
@@ -134,20 +154,52 @@ _SLACK = 1e-9  # relative: the second solve holds the cost at the first's minimu
 Link = tuple[int, int, highspy.highs_var]  # i, j, next[i, j]
 
 
-def _program(
-    tasks: list[QueuedTask], delete: float
-) -> tuple[highspy.Highs, list[highspy.highs_var], list[Link], highspy.highs_linear_expression]:
-    """The integer program of the module's docstring: its new[] and next[] variables and its cost."""
+@dataclass(frozen=True)
+class _Program:
+    """One queue's variables in a program: new[], next[] (``links``), its cost per node and its wait."""
+
+    queue: Queue
+    tasks: list[QueuedTask]  # by arrival
+    new: list[highspy.highs_var]
+    links: list[Link]
+    cost: highspy.highs_linear_expression
+    wait: highspy.highs_linear_expression
+
+    def plan(self, h: highspy.Highs) -> Plan:
+        """The solved plan's node-seconds, creations and wait."""
+        tasks = self.tasks
+        created = {j for j, v in enumerate(self.new) if round(h.val(v))}
+        chosen = [(i, j) for i, j, v in self.links if round(h.val(v))]
+        gaps = sum(tasks[j].arrival - _end(tasks[i], i in created) for i, j in chosen)
+        n, wait = self.queue.nodes, sum(tasks[j].create for j in created)
+        return Plan(
+            busy=n * sum(t.run for t in tasks),
+            idle=n * (gaps + self.queue.delete * len(created)),
+            provisioning=n * wait,
+            tasks=len(tasks),
+            creations=len(created),
+            wait=wait,
+        )
+
+
+def _highs() -> highspy.Highs:
     h = highspy.Highs()  # type: ignore[no-untyped-call]
     h.setOptionValue("output_flag", False)
     h.setOptionValue("mip_rel_gap", 0.0)  # HiGHS stops within 0.01 % by default: the optimum, not near it
+    return h
+
+
+def _program(h: highspy.Highs, queue: Queue) -> _Program:
+    """The integer program of the module's docstring for one queue, added to ``h``."""
+    tasks = sorted(queue.tasks, key=lambda t: t.arrival)
     new = [h.addBinary() for _ in tasks]
-    cost = highspy.highs_linear_expression()
+    cost, wait = highspy.highs_linear_expression(), highspy.highs_linear_expression()
     links: list[Link] = []
     into: list[list[highspy.highs_var]] = [[] for _ in tasks]
     out: list[list[highspy.highs_var]] = [[] for _ in tasks]
     for j, tj in enumerate(tasks):
-        cost += (tj.create + delete) * new[j]
+        cost += (tj.create + queue.delete) * new[j]
+        wait += tj.create * new[j]
         for i, ti in enumerate(tasks[:j]):
             if _end(ti, created=False) > tj.arrival:
                 continue
@@ -167,7 +219,7 @@ def _program(
         h.addConstr(new[j] + _total(into[j]) == 1)
         if out[j]:
             h.addConstr(_total(out[j]) <= 1)
-    return h, new, links, cost
+    return _Program(queue, tasks, new, links, cost, wait)
 
 
 def _end(task: QueuedTask, created: bool) -> float:
@@ -180,6 +232,12 @@ def _total(variables: Iterable[highspy.highs_var]) -> highspy.highs_linear_expre
     for v in variables:
         expression += v
     return expression
+
+
+def _hold_minimum(h: highspy.Highs, cost: highspy.highs_linear_expression) -> None:
+    """Minimise ``cost`` and keep it there, so that a second objective breaks the ties only."""
+    least = _minimise(h, cost)
+    h.addConstr(cost <= least + _SLACK * max(1.0, least))
 
 
 def _minimise(h: highspy.Highs, objective: highspy.highs_linear_expression) -> float:

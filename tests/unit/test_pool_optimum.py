@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from pool_optimum import Plan, Queue, QueuedTask, optimum, queue_optimum
+from pool_optimum import Plan, Queue, QueuedTask, least_wait, optimum, queue_optimum
 
 RESERVATION, FLEX = 2.0, 4.0  # seconds a creation takes in each mode
 
@@ -77,24 +77,33 @@ def test_an_empty_queue_costs_nothing() -> None:
     assert optimum([Queue(2, 1.0, [])]) == Plan()
 
 
-def exhaustive(tasks: list[QueuedTask], delete: float) -> tuple[float, int]:
-    """(least pool-seconds wasted, fewest creations at that cost) over every assignment of tasks to pools."""
+def every_plan(tasks: list[QueuedTask], delete: float) -> list[tuple[float, int, float]]:
+    """(pool-seconds wasted, creations, wait) of every assignment of tasks to pools."""
     ordered = sorted(tasks, key=lambda t: t.arrival)
 
-    def search(i: int, free: tuple[float, ...]) -> tuple[float, int]:
+    def search(i: int, free: tuple[float, ...]) -> list[tuple[float, int, float]]:
         if i == len(ordered):
-            return (0.0, 0)
+            return [(0.0, 0, 0.0)]
         t = ordered[i]
-        waste, creations = search(i + 1, (*free, t.arrival + t.create + t.run))
-        options = [(waste + t.create + delete, creations + 1)]
+        plans = [
+            (waste + t.create + delete, creations + 1, wait + t.create)
+            for waste, creations, wait in search(i + 1, (*free, t.arrival + t.create + t.run))
+        ]
         for k, f in enumerate(free):
             if f <= t.arrival:
                 rest = free[:k] + free[k + 1 :] + (t.arrival + t.run,)
-                waste, creations = search(i + 1, rest)
-                options.append((waste + t.arrival - f, creations))
-        return min(options)
+                plans += [
+                    (waste + t.arrival - f, creations, wait) for waste, creations, wait in search(i + 1, rest)
+                ]
+        return plans
 
     return search(0, ())
+
+
+def exhaustive(tasks: list[QueuedTask], delete: float) -> tuple[float, int]:
+    """(least pool-seconds wasted, fewest creations at that cost) over every assignment of tasks to pools."""
+    waste, creations, _ = min(every_plan(tasks, delete))
+    return waste, creations
 
 
 queued_tasks = st.lists(
@@ -116,3 +125,42 @@ def test_the_optimum_matches_an_exhaustive_search(tasks: list[QueuedTask], delet
     assert plan.idle + plan.provisioning == pytest.approx(waste)
     assert plan.creations == creations
     assert plan.busy == sum(t.run for t in tasks)
+
+
+# -- the trade with the wait for new pools ---------------------------------------------------------
+
+
+def test_a_wait_budget_bridges_a_gap_the_optimum_would_not() -> None:
+    queue = Queue(2, 0.0, [QueuedTask(0, 3, RESERVATION), QueuedTask(10, 1, RESERVATION)])
+    assert least_wait([queue]) == RESERVATION  # the second task could reuse: the first is done at 5
+    free = optimum([queue])
+    assert (free.creations, free.wait) == (2, 2 * RESERVATION)
+    held = optimum([queue], max_wait=RESERVATION)
+    assert (held.creations, held.wait) == (1, RESERVATION)
+    assert (held.idle, held.provisioning) == (2 * 5, 2 * RESERVATION)  # the 5 s gap bridged
+    assert held.total > free.total
+
+
+def test_queues_share_one_wait_budget_and_the_cheaper_bridge_is_bought() -> None:
+    # Either queue can bridge a gap to save its second creation's wait: 1 node x 5 s, or 4 x 3 s.
+    one = Queue(1, 0.0, [QueuedTask(0, 3, RESERVATION), QueuedTask(10, 1, RESERVATION)])
+    four = Queue(4, 0.0, [QueuedTask(0, 3, RESERVATION), QueuedTask(8, 1, RESERVATION)])
+    held = optimum([one, four], max_wait=3 * RESERVATION)
+    assert (held.creations, held.wait) == (3, 3 * RESERVATION)
+    assert held.idle == 1 * 5  # the small queue's gap: 5 node-s, not 12
+    assert optimum([one, four], max_wait=1e9) == optimum([one, four])
+
+
+@settings(max_examples=60, deadline=None)
+@given(tasks=queued_tasks, delete=st.sampled_from([0.0, 1.0]), slack=st.sampled_from([0.0, 2.0, 4.0]))
+def test_the_optimum_within_a_wait_budget_matches_an_exhaustive_search(
+    tasks: list[QueuedTask], delete: float, slack: float
+) -> None:
+    queue = Queue(1, delete, tasks)
+    plans = every_plan(tasks, delete)
+    assert least_wait([queue]) == pytest.approx(min(wait for _, _, wait in plans))
+    budget = least_wait([queue]) + slack
+    held = optimum([queue], max_wait=budget)
+    waste, creations = min((w, c) for w, c, wait in plans if wait <= budget + 1e-9)
+    assert held.idle + held.provisioning == pytest.approx(waste)
+    assert held.creations == creations and held.wait <= budget + 1e-9
