@@ -917,13 +917,18 @@ def goals(runs: list[dict[str, dict[str, float]]]) -> list[Goal]:
                 ", ".join(f"{f:.1f} vs {b:.1f}" for f, b in pairs),
             )
         )
+
+    def within_15_percent_of_the_optimum(
+        seeds: list[dict[str, dict[str, float]]], row: str, name: str
+    ) -> Goal:
+        excess = [run[row]["total_h"] / run["optimum"]["total_h"] - 1 for run in seeds]
+        mean = statistics.fmean(excess)
+        return Goal(name, mean <= 0.15, f"mean {mean:+.1%} (" + ", ".join(f"{e:+.1%}" for e in excess) + ")")
+
     if seeds := have("falcon", "optimum"):
-        excess = [run["falcon"]["total_h"] / run["optimum"]["total_h"] - 1 for run in seeds]
         found.append(
-            Goal(
-                "Falcon's node-hours within 15 % of the optimum on average",
-                statistics.fmean(excess) <= 0.15,
-                f"mean {statistics.fmean(excess):+.1%} (" + ", ".join(f"{e:+.1%}" for e in excess) + ")",
+            within_15_percent_of_the_optimum(
+                seeds, "falcon", "Falcon's node-hours within 15 % of the optimum on average"
             )
         )
         avoided = sum(run["falcon"]["tasks"] - run["falcon"]["created"] for run in seeds)
@@ -937,14 +942,8 @@ def goals(runs: list[dict[str, dict[str, float]]]) -> list[Goal]:
             )
         )
     if seeds := have("opt@start", "optimum"):
-        excess = [run["opt@start"]["total_h"] / run["optimum"]["total_h"] - 1 for run in seeds]
-        found.append(
-            Goal(
-                "(the model) a plan keeping the start goal within 15 % of the optimum, on average",
-                statistics.fmean(excess) <= 0.15,
-                f"mean {statistics.fmean(excess):+.1%} (" + ", ".join(f"{e:+.1%}" for e in excess) + ")",
-            )
-        )
+        name = "(the model) a plan keeping the start goal within 15 % of the optimum, on average"
+        found.append(within_15_percent_of_the_optimum(seeds, "opt@start", name))
     if seeds := have("falcon", "keep-all"):
         for key, label in (("to_running_mean_min", "mean"), ("to_running_p90_min", "p90")):
             falcon = statistics.fmean(run["falcon"][key] for run in seeds)

@@ -608,13 +608,13 @@ def test_keep_pool_only_from_in_use_with_the_right_holder(store: TaskStore) -> N
 
 
 def test_replan_pool_changes_the_mode_of_its_holders_pool_only_before_gke_has_it(store: TaskStore) -> None:
-    flex = ProvisioningMode.FLEX_START
-    store.write_ahead_pool(replace(pool("p1"), mode=flex, reservation=None), T0)
-    assert not store.replan_pool("c1", "p1", "t2", ProvisioningMode.RESERVATION, "res", T1)  # not its pool
-    assert store.replan_pool("c1", "p1", "t1", ProvisioningMode.RESERVATION, "res", T1)
+    flex = replace(pool("p1"), mode=ProvisioningMode.FLEX_START, reservation=None)
+    store.write_ahead_pool(flex, T0)
+    assert not store.replan_pool(pool("p1", "t2"), T1)  # not its pool
+    assert store.replan_pool(pool("p1"), T1)
     assert store.pool("c1", "p1") == pool("p1")
     store.pool_ready("c1", "p1", T2)
-    assert not store.replan_pool("c1", "p1", "t1", flex, None, T2)  # ready: its mode is settled
+    assert not store.replan_pool(flex, T2)  # ready: its mode is settled
     assert store.pool("c1", "p1") == pool("p1", state=PoolState.IN_USE)
 
 

@@ -734,19 +734,13 @@ class MemoryTaskStore:
             if self._move_pool(cluster_id, name, {"state": PoolState.IN_USE}, [PoolState.CREATING]):
                 self.pool_ready_at[(cluster_id, name)] = now
 
-    def replan_pool(
-        self,
-        cluster_id: str,
-        name: str,
-        holder: str,
-        mode: ProvisioningMode,
-        reservation: str | None,
-        now: datetime,
-    ) -> bool:
-        self.calls.append(("replan_pool", name))
-        values = {"mode": mode, "reservation": reservation}
+    def replan_pool(self, pool: NodePool, now: datetime) -> bool:
+        self.calls.append(("replan_pool", pool.name))
+        values = {"mode": pool.mode, "reservation": pool.reservation}
         with self._tx():
-            return self._move_pool(cluster_id, name, values, [PoolState.CREATING], holder)
+            return self._move_pool(
+                pool.cluster_id, pool.name, values, [PoolState.CREATING], pool.holder_task_id
+            )
 
     def keep_pool(self, cluster_id: str, name: str, holder: str, now: datetime) -> bool:
         self.calls.append(("keep_pool", name))

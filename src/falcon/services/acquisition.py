@@ -367,9 +367,7 @@ def _reservation_after_all(services: Services, view: TaskView, plan: NodePoolPla
             if decision.mode is not ProvisioningMode.RESERVATION:
                 return plan
             better = _plan(view, decision.mode, decision.reservation)
-            if not store.replan_pool(
-                view.cluster.id, plan.name, view.task.id, better.mode, better.reservation, now
-            ):
+            if not store.replan_pool(creating_pool(view.cluster.id, better, view.task.id), now):
                 return plan
             message = _provisioning_message(services, decision)
             store.note_pending(view.task.id, message, now, decision.reason)

@@ -1151,18 +1151,11 @@ def pool_ready(session: Session, cluster_id: str, name: str, now: datetime) -> N
     _move_pool(session, cluster_id, name, now, values, [PoolState.CREATING])
 
 
-def replan_pool(
-    session: Session,
-    cluster_id: str,
-    name: str,
-    holder: str,
-    mode: ProvisioningMode,
-    reservation: str | None,
-    now: datetime,
-) -> bool:
+def replan_pool(session: Session, pool: NodePool, now: datetime) -> bool:
     """The holder's pool, recorded but not yet created, is to be created in another mode."""
-    values: dict[Any, Any] = {NodePoolRow.mode: mode.value, NodePoolRow.reservation: reservation}
-    return _move_pool(session, cluster_id, name, now, values, [PoolState.CREATING], holder)
+    values: dict[Any, Any] = {NodePoolRow.mode: pool.mode.value, NodePoolRow.reservation: pool.reservation}
+    creating = [PoolState.CREATING]
+    return _move_pool(session, pool.cluster_id, pool.name, now, values, creating, pool.holder_task_id)
 
 
 def keep_pool(session: Session, cluster_id: str, name: str, holder: str, now: datetime) -> bool:

@@ -23,7 +23,7 @@ from falcon.domain.lifecycle import (
     RoundSnapshot,
     Snapshot,
 )
-from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, RunningRead, RunningTask, Task
+from falcon.domain.model import Cluster, QueueKey, RunningRead, RunningTask, Task
 from falcon.domain.pool_economics import QueueObservations
 from falcon.domain.status import Reason, Status
 from falcon.domain.warm_pools import WarmRule
@@ -255,17 +255,9 @@ class SqlTaskStore:
         with self._tx() as s:
             repo.pool_ready(s, cluster_id, name, now)
 
-    def replan_pool(
-        self,
-        cluster_id: str,
-        name: str,
-        holder: str,
-        mode: ProvisioningMode,
-        reservation: str | None,
-        now: datetime,
-    ) -> bool:
+    def replan_pool(self, pool: NodePool, now: datetime) -> bool:
         with self._tx() as s:
-            return repo.replan_pool(s, cluster_id, name, holder, mode, reservation, now)
+            return repo.replan_pool(s, pool, now)
 
     def keep_pool(self, cluster_id: str, name: str, holder: str, now: datetime) -> bool:
         with self._tx() as s:
