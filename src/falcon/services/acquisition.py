@@ -353,12 +353,7 @@ def _reservation_after_all(services: Services, view: TaskView, plan: NodePoolPla
     when GKE or Compute cannot be read now, the fallback stands."""
     if plan.mode is not ProvisioningMode.FLEX_START or not view.cluster.default_reservation:
         return plan
-    try:
-        services.node_pools.get(view.cluster, plan.name)
-        return plan
-    except NotFoundError:
-        pass
-    except FalconError:
+    if not _gke_lacks(services, view.cluster, plan.name):
         return plan
     now = services.clock.now()
     try:
@@ -375,6 +370,17 @@ def _reservation_after_all(services: Services, view: TaskView, plan: NodePoolPla
         return plan
     logger.info("event=fallback_withdrawn task_id=%s pool=%s", view.task.id, plan.name)
     return better
+
+
+def _gke_lacks(services: Services, cluster: Cluster, name: str) -> bool:
+    """Does GKE answer that it has no pool of this name? (Not when it cannot be asked now.)"""
+    try:
+        services.node_pools.get(cluster, name)
+    except NotFoundError:
+        return True
+    except FalconError:
+        return False
+    return False
 
 
 def _try_create(services: Services, view: TaskView, plan: NodePoolPlan) -> TemporaryError | None:
