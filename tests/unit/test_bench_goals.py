@@ -1,4 +1,4 @@
-"""The economics benchmark's verdicts on issue 10's goals (benchmarks/bench_pool_economics.py
+"""The economics benchmark's verdicts on issue 10's goals (benchmarks/economics_goals.py
 ``goals``), on hand-made seed tables: the README's PASS/MISS lines come from here."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from bench_pool_economics import goals
+from economics_goals import goals
 
 Rows = dict[str, dict[str, float]]
 
