@@ -115,27 +115,30 @@ def optimum(queues: Iterable[Queue], max_wait: float | None = None) -> Plan:
     if max_wait is None:
         return sum((queue_optimum(queue) for queue in queues), Plan())
     h = _highs()
-    programs = [_program(h, queue) for queue in queues if queue.tasks]
-    if not programs:
-        return Plan()
-    cost, wait = highspy.highs_linear_expression(), highspy.highs_linear_expression()
-    for program in programs:
-        cost += program.queue.nodes * program.cost
-        wait += program.wait
-    h.addConstr(wait <= max_wait)
-    _hold_minimum(h, cost)
-    _minimise(h, _total(v for program in programs for v in program.new))
-    return sum((program.plan(h) for program in programs), Plan())
+    return _solve(h, [_program(h, queue) for queue in queues if queue.tasks], max_wait)
 
 
 def queue_optimum(queue: Queue) -> Plan:
     if not queue.tasks:
         return Plan()
     h = _highs()
-    program = _program(h, queue)
-    _hold_minimum(h, program.cost)
-    _minimise(h, _total(program.new))
-    return program.plan(h)
+    return _solve(h, [_program(h, queue)])
+
+
+def _solve(h: highspy.Highs, programs: list[_Program], max_wait: float | None = None) -> Plan:
+    """The fewest node-seconds of ``programs`` together (within ``max_wait``), then the fewest
+    creations at that cost."""
+    if not programs:
+        return Plan()
+    cost, wait = highspy.highs_linear_expression(), highspy.highs_linear_expression()
+    for program in programs:
+        cost += program.queue.nodes * program.cost
+        wait += program.wait
+    if max_wait is not None:
+        h.addConstr(wait <= max_wait)
+    _hold_minimum(h, cost)
+    _minimise(h, _total(v for program in programs for v in program.new))
+    return sum((program.plan(h) for program in programs), Plan())
 
 
 def least_wait(queues: Iterable[Queue]) -> float:
