@@ -639,11 +639,11 @@ def test_unmark_pool_makes_only_a_marked_pool_idle_again_and_forgets_its_deletio
     assert not store.unmark_pool("c1", "p1", T1, T1)  # in use: not marked
     assert store.start_deleting_pool("c1", "p1", "t1", T1)
     store.pool_delete_failed("c1", "p1", "GKE busy", T1)
-    assert store.deletions_marked_since("c1", "res", T0) == 1
+    assert store.deletions_marked_since("c1", T0) == 1
     assert store.unmark_pool("c1", "p1", T2, T2)
     assert store.pool("c1", "p1") == replace(pool("p1", None, PoolState.IDLE), idle_since=T2)
     assert upstream.pool_error("c1", "p1") is None
-    assert store.deletions_marked_since("c1", "res", T0) == 0
+    assert store.deletions_marked_since("c1", T0) == 0
     assert not store.unmark_pool("c1", "p1", T2, T2)  # idle now: unmarked once
     assert store.claim_idle_pool(Q, "t2", T2) is not None
     assert store.start_deleting_pool("c1", "p1", "t2", T2 + timedelta(seconds=5))
@@ -711,25 +711,20 @@ def test_pool_deleted_and_pool_delete_failed(store: TaskStore, upstream: Upstrea
     assert store.pool("c1", "unknown") is None
 
 
-def test_deletions_marked_since_counts_a_clusters_pools_on_a_reservation_marked_after_and_not_yet_gone(
+def test_deletions_marked_since_counts_a_clusters_pools_marked_after_and_not_yet_gone(
     store: TaskStore,
 ) -> None:
     elsewhere = QueueKey("c2", "2x2")
-    flex = replace(pool("flex", "h-flex"), mode=ProvisioningMode.FLEX_START, reservation=None)
-    other = replace(pool("other-reservation", "h-other-reservation"), reservation="res-b")
-    named = [("early", Q), ("late", Q2), ("gone", Q), ("other-cluster", elsewhere)]
-    for record in [pool(name, f"h-{name}", queue=queue) for name, queue in named] + [flex, other]:
-        store.write_ahead_pool(record, T0)
-        at = T1 if record.name == "early" else T2
-        assert store.start_deleting_pool(record.cluster_id, record.name, record.holder_task_id, at)
+    for name, queue in [("early", Q), ("late", Q2), ("gone", Q), ("other-cluster", elsewhere)]:
+        store.write_ahead_pool(pool(name, f"h-{name}", queue=queue), T0)
+        assert store.start_deleting_pool(queue.cluster_id, name, f"h-{name}", T2 if name != "early" else T1)
     store.pool_deleted("c1", "gone", T2)
     store.write_ahead_pool(pool("creating", "t9"), T0)
-    assert store.deletions_marked_since("c1", "res", T0) == 2  # early and late: every topology of the cluster
-    assert store.deletions_marked_since("c1", "res", T1) == 1  # marked at T1 is not after T1
-    assert store.deletions_marked_since("c1", "res", T2) == 0
-    assert store.deletions_marked_since("c1", "res-b", T0) == 1
-    assert store.deletions_marked_since("c2", "res", T0) == 1
-    assert store.deletions_marked_since("c3", "res", T0) == 0
+    assert store.deletions_marked_since("c1", T0) == 2  # early and late: every topology of the cluster
+    assert store.deletions_marked_since("c1", T1) == 1  # marked at T1 is not after T1
+    assert store.deletions_marked_since("c1", T2) == 0
+    assert store.deletions_marked_since("c2", T0) == 1
+    assert store.deletions_marked_since("c3", T0) == 0
 
 
 def test_pools_in_lists_the_states_asked_oldest_record_first(store: TaskStore) -> None:

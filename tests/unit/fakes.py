@@ -379,12 +379,11 @@ class MemoryTaskStore:
     def idle_count(self, queue: QueueKey) -> int:
         return sum(1 for p in self._pools_of(queue) if p.state is PoolState.IDLE)
 
-    def deletions_marked_since(self, cluster_id: str, reservation: str, since: datetime) -> int:
+    def deletions_marked_since(self, cluster_id: str, since: datetime) -> int:
         return sum(
             1
             for key, p in self.pools.items()
             if p.cluster_id == cluster_id
-            and p.reservation == reservation
             and p.state is PoolState.DELETING
             and key in self.pool_deleting_at
             and self.pool_deleting_at[key] > since

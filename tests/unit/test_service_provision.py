@@ -14,7 +14,6 @@ NodePoolTimeout at the deadline.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -292,15 +291,9 @@ def test_gke_busy_refusals_are_waited_out() -> None:
     assert svc.store.pool("c1", POOL).state is PoolState.IN_USE
 
 
-def marked_for_deletion(
-    svc: Services, name: str, cluster_id: str = "c1", ago: float = 0.0, reservation: str | None = "res-a"
-) -> None:
-    """A pool of another queue the reaper marked ``ago`` seconds before now; GKE not done yet.
-    On ``reservation`` (None: a flex-start pool)."""
-    pool = idle_pool(name, "2x4", cluster_id)
-    if reservation is not None:
-        pool = replace(pool, mode=ProvisioningMode.RESERVATION, reservation=reservation)
-    svc.store.add_pool(pool)
+def marked_for_deletion(svc: Services, name: str, cluster_id: str = "c1", ago: float = 0.0) -> None:
+    """A pool of another queue the reaper marked ``ago`` seconds before now; GKE not done yet."""
+    svc.store.add_pool(idle_pool(name, "2x4", cluster_id))
     assert svc.store.start_deleting_pool(cluster_id, name, None, svc.clock.now() - timedelta(seconds=ago))
 
 
@@ -325,26 +318,26 @@ def gone_after(svc: Services, polls: int, cluster_id: str, name: str) -> list[in
     return at_polls(svc, {polls: lambda: svc.store.pool_deleted(cluster_id, name, svc.clock.now())})
 
 
-def test_a_fallback_lets_the_deletion_of_a_reservation_pool_go_before_its_create(
+def test_a_pool_marked_for_deletion_in_the_cluster_is_deleted_before_the_create_is_asked(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    svc = one_cluster(reservation="res-a")
-    view, choice = fallen_back(svc)
+    svc = one_cluster()
+    view, choice = planned(svc)
     marked_for_deletion(svc, "falcon-2x4-spare")
     creates = gone_after(svc, 3, "c1", "falcon-2x4-spare")
     caplog.set_level("INFO", logger="falcon")
     wait_pool_ready(svc, view, choice, svc.clock.now())
     assert creates == [0, 0, 0]  # not asked while the deletion was under way
-    assert svc.node_pools.plans == [choice.plan]  # asked right after it (no room freed: flex-start)
+    assert svc.node_pools.count("create") == 1  # asked right after it, and ready at the first look
     assert svc.store.pool("c1", POOL).state is PoolState.IN_USE
     assert [r.getMessage() for r in caplog.records if "create_after_deletions" in r.getMessage()] == [
         "event=create_after_deletions task_id=t1 deletions=1"
     ]
 
 
-def test_a_fallback_waits_for_the_clusters_deletions_twice_the_creation_prior_at_most() -> None:
-    svc = one_cluster(reservation="res-a")
-    view, choice = fallen_back(svc)
+def test_a_create_waits_for_the_clusters_deletions_twice_the_creation_prior_at_most() -> None:
+    svc = one_cluster()
+    view, choice = planned(svc)
     window = 2 * svc.settings.pool_creation_prior_seconds
     marked_for_deletion(svc, "falcon-2x4-0")
     polls = range(1, round(window) + 10)  # a pool marked at every poll, none ever gone
@@ -356,9 +349,9 @@ def test_a_fallback_waits_for_the_clusters_deletions_twice_the_creation_prior_at
 
 
 def test_a_deletion_in_another_cluster_does_not_hold_the_create() -> None:
-    svc = one_cluster(reservation="res-a")
-    view, choice = fallen_back(svc)
-    svc.store.add_cluster(cluster("c2", reservation="res-a"))
+    svc = one_cluster()
+    view, choice = planned(svc)
+    svc.store.add_cluster(cluster("c2"))
     marked_for_deletion(svc, "falcon-2x4-spare", cluster_id="c2")
     wait_pool_ready(svc, view, choice, svc.clock.now())
     assert svc.node_pools.plans == [choice.plan]
@@ -366,8 +359,8 @@ def test_a_deletion_in_another_cluster_does_not_hold_the_create() -> None:
 
 
 def test_a_deletion_marked_longer_ago_than_twice_the_creation_prior_is_not_waited_for() -> None:
-    svc = one_cluster(reservation="res-a")
-    view, choice = fallen_back(svc)
+    svc = one_cluster()
+    view, choice = planned(svc)
     prior = svc.settings.pool_creation_prior_seconds
     marked_for_deletion(svc, "falcon-2x4-stuck", ago=2 * prior + 1)
     marked_for_deletion(svc, "falcon-2x4-fresh", ago=prior)
@@ -375,34 +368,6 @@ def test_a_deletion_marked_longer_ago_than_twice_the_creation_prior_is_not_waite
     wait_pool_ready(svc, view, choice, svc.clock.now())
     assert creates == [0, 0] and svc.node_pools.count("create") == 1  # the fresh one waited for
     assert svc.store.pool("c1", "falcon-2x4-stuck").state is PoolState.DELETING
-
-
-def test_a_create_on_the_reservation_is_asked_at_once_while_the_clusters_deletions_wait() -> None:
-    svc = one_cluster(reservation="res-a")
-    svc.reservations.set(RES, ZONE, capacity(4, 0))
-    view, choice = planned(svc)
-    assert choice.plan is not None and choice.plan.mode is ProvisioningMode.RESERVATION
-    marked_for_deletion(svc, "falcon-2x4-spare")  # frees nothing this create needs
-    wait_pool_ready(svc, view, choice, svc.clock.now())
-    assert svc.node_pools.plans == [choice.plan] and svc.clock.sleeps == []
-
-
-def test_a_fallback_is_asked_at_once_when_the_deletions_free_no_reservation_room() -> None:
-    svc = one_cluster(reservation="res-a")
-    view, choice = fallen_back(svc)
-    marked_for_deletion(svc, "falcon-2x4-flex", reservation=None)
-    marked_for_deletion(svc, "falcon-2x4-elsewhere", reservation="res-other")
-    wait_pool_ready(svc, view, choice, svc.clock.now())
-    assert svc.node_pools.plans == [choice.plan] and svc.clock.sleeps == []
-
-
-def test_a_create_on_a_cluster_without_a_reservation_does_not_wait_for_its_deletions() -> None:
-    svc = one_cluster()
-    view, choice = planned(svc)
-    assert choice.plan is not None and choice.plan.mode is ProvisioningMode.FLEX_START
-    marked_for_deletion(svc, "falcon-2x4-spare", reservation=None)
-    wait_pool_ready(svc, view, choice, svc.clock.now())
-    assert svc.node_pools.plans == [choice.plan] and svc.clock.sleeps == []
 
 
 def fallen_back(svc: Services) -> tuple[TaskView, PoolChoice]:
@@ -467,7 +432,7 @@ def test_a_fallback_still_short_of_room_after_its_wait_stays_flex_start() -> Non
     svc = one_cluster(reservation="res-a")
     view, choice = fallen_back(svc)
     marked_for_deletion(svc, "falcon-2x4-spare")
-    gone_after(svc, 2, "c1", "falcon-2x4-spare")  # the room it freed taken by others meanwhile
+    gone_after(svc, 2, "c1", "falcon-2x4-spare")  # a flex-start pool: no room freed
     wait_pool_ready(svc, view, choice, svc.clock.now())
     assert svc.node_pools.plans == [choice.plan]
     assert svc.store.pool("c1", POOL).mode is ProvisioningMode.FLEX_START
@@ -593,8 +558,8 @@ def test_gke_refusing_until_the_deadline_times_out_saying_so() -> None:
 
 def test_a_deletion_not_done_by_the_deadline_times_out_saying_the_pool_was_not_asked_for() -> None:
     svc = make_services(node_pool_timeout_seconds=60)
-    svc.store.add_cluster(cluster("c1", reservation="res-a"))
-    view, choice = fallen_back(svc)
+    svc.store.add_cluster(cluster("c1"))
+    view, choice = planned(svc)
     marked_for_deletion(svc, "falcon-2x4-slow")
     with pytest.raises(TaskEnded) as ended:
         wait_pool_ready(svc, view, choice, svc.clock.now())

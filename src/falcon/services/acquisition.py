@@ -265,7 +265,7 @@ def wait_pool_ready(services: Services, view: TaskView, choice: PoolChoice, star
         if (taken := _hand_over(services, view, choice.name)) is not None:
             return taken
         if plan is not None and clock.now() >= create_at:
-            if _deletions_go_first(services, view, plan, arrived, deferred):
+            if _deletions_go_first(services, view, arrived, deferred):
                 deferred = True
             else:
                 if deferred or isinstance(refusal, BusyError):
@@ -326,28 +326,20 @@ def _hand_over(services: Services, view: TaskView, own: str) -> str | None:
     return taken.name
 
 
-def _deletions_go_first(
-    services: Services, view: TaskView, plan: NodePoolPlan, arrived: datetime, deferred: bool
-) -> bool:
-    """Does a pool marked for deletion, not gone yet, go before this creation?
+def _deletions_go_first(services: Services, view: TaskView, arrived: datetime, deferred: bool) -> bool:
+    """Does a pool of the cluster marked for deletion, not gone yet, go before this creation?
 
-    GKE runs one node-pool operation per cluster at a time. A flex-start fallback lets the
-    deletions of the cluster's reservation pools go first: they free the reservation room it
-    lacked, and it then asks for a reservation pool, up a flex-start scale-up sooner
-    (``_reservation_after_all``). Any other creation is asked at once: a deletion frees nothing
-    it needs, and waiting for one costs its task a deletion's time to its start, a delay the
-    queue's next tasks inherit through its slot. The fallback waits so for twice a creation's
-    prior at most, from when the task ``arrived`` to create: the end of a busy spell can mark
-    many pools at once, and a deletion marked longer ago than that is taken as stuck.
+    GKE runs one node-pool operation per cluster at a time; a pool waiting to be deleted is
+    paid for until it is gone, while a creation asked later holds no nodes until it starts. So
+    the deletion goes first: it costs this task a deletion's time to its start and saves the
+    marked pool's nodes that long. For twice a creation's prior at most, from when the task
+    ``arrived`` to create: the end of a busy spell can mark many pools at once, and the task
+    must not wait for all of them; a deletion marked longer ago than that is taken as stuck.
     ``deferred``: the task waited already (it is logged once)."""
-    cluster = view.cluster
-    if plan.mode is not ProvisioningMode.FLEX_START or not cluster.default_reservation:
-        return False
     now, window = services.clock.now(), timedelta(seconds=2 * services.settings.pool_creation_prior_seconds)
     if now - arrived >= window:
         return False
-    reservation = ReservationRef.parse(cluster.default_reservation, cluster.project).affinity_value
-    marked = services.store.deletions_marked_since(cluster.id, reservation, now - window)
+    marked = services.store.deletions_marked_since(view.cluster.id, now - window)
     if marked and not deferred:
         logger.info("event=create_after_deletions task_id=%s deletions=%d", view.task.id, marked)
     return marked > 0

@@ -1236,10 +1236,9 @@ def idle_count(session: Session, queue: QueueKey) -> int:
     return int(session.scalar(query) or 0)
 
 
-def deletions_marked_since(session: Session, cluster_id: str, reservation: str, since: datetime) -> int:
+def deletions_marked_since(session: Session, cluster_id: str, since: datetime) -> int:
     query = sa.select(sa.func.count()).where(
         NodePoolRow.cluster_id == cluster_id,
-        NodePoolRow.reservation == reservation,
         NodePoolRow.state == PoolState.DELETING.value,
         NodePoolRow.deleting_at > since,
     )

@@ -123,9 +123,9 @@ class SqlTaskStore:
         with self._read() as s:
             return repo.idle_count(s, queue)
 
-    def deletions_marked_since(self, cluster_id: str, reservation: str, since: datetime) -> int:
+    def deletions_marked_since(self, cluster_id: str, since: datetime) -> int:
         with self._read() as s:
-            return repo.deletions_marked_since(s, cluster_id, reservation, since)
+            return repo.deletions_marked_since(s, cluster_id, since)
 
     def pool(self, cluster_id: str, name: str) -> NodePool | None:
         with self._read() as s:
