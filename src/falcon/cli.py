@@ -361,13 +361,21 @@ def _queue_name(cluster: Cluster | None, queue: QueueKey | None) -> str | None:
 
 
 def _reservation_room(session: Session, cluster: Cluster, topology: str) -> ReservationRoom | None:
-    """What Falcon's own records say of the cluster's reservation: its pools on it, their nodes."""
+    """What Falcon's own records say of the cluster's reservation: its pools on it, their nodes.
+
+    A pool records the reservation as GKE's affinity names it: NAME for the cluster's own
+    project's, however the cluster was registered."""
     from falcon.adapters.db import repository as repo
     from falcon.domain.explain import ReservationRoom
+    from falcon.domain.node_pools import ReservationRef
 
     if cluster.default_reservation is None:
         return None
-    held = repo.pools_on_reservation(session, cluster.id, cluster.default_reservation)
+    try:
+        affinity = ReservationRef.parse(cluster.default_reservation, cluster.project).affinity_value
+    except ValueError:  # malformed: no pool was ever created on it
+        affinity = cluster.default_reservation
+    held = repo.pools_on_reservation(session, cluster.id, affinity)
     return ReservationRoom(
         name=cluster.default_reservation,
         pools=len(held),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -142,6 +143,25 @@ def test_the_acquiring_and_the_running_task_are_told_their_own_wait(
         r"Running since (\d{4}-\d\d-\d\d )?\d\d:\d\d UTC \(\d+ h \d+ min\); it took 8 min from its pick\.",
         running.stdout.splitlines()[-1],
     )
+
+
+def test_the_reservation_named_in_full_counts_the_pools_recorded_by_their_affinity(
+    tmp_path: Path, db_url: str
+) -> None:
+    """A cluster registered with its own reservation as projects/OWN/reservations/NAME: GKE's
+    affinity, and so Falcon's pool records, say NAME alone."""
+    now = utc_now()
+    full = replace(CLUSTER, default_reservation=f"projects/{CLUSTER.project}/reservations/res-a")
+    with session_scope(db_url) as s:
+        repo.add_cluster(s, full, now)
+    held = NodePool(CLUSTER.id, "falcon-held", "2x4", "ct6e-standard-4t", ProvisioningMode.RESERVATION,
+                    "res-a", PoolState.CREATING, "h0")  # fmt: skip
+    with session_scope(db_url) as s:
+        repo.write_ahead_pool(s, held, now)
+    submit(db_url, "w1", "wendy", now)
+    done = falcon(tmp_path, db_url, "task", "why", "w1")
+    assert done.returncode == 0, done.stderr
+    assert "Falcon's pools hold 2 node(s) on it (1 pool(s))" in done.stdout
 
 
 def test_an_unknown_task_exits_1_naming_it(tmp_path: Path, db_url: str) -> None:
