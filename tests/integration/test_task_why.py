@@ -3,11 +3,13 @@ variables beyond the database (and Compute's address where the test asks Compute
 MariaDB, over rows written as upstream and the dispatcher write them.
 
 We test: a waiting task hears its place, who is ahead, what the queue's acquiring task waits for
-and since when, what Falcon knows of the reservation, and an ETA from the queue's acquisitions
-(the one domain/eta computes from them); the acquiring task hears its own wait; a Running task
-since when and how long it took; an unknown id exits 1 naming it; `--compute` shows the
-reservation's free nodes, and says so when Compute cannot be reached. And the two timestamps the
-ETA needs: the pick and Running are recorded once, and a restarted attempt keeps the pick time.
+and since when, what Falcon knows of the reservation (its pools found by the name GKE's affinity
+gives them, also when the cluster registered it as projects/OWN/reservations/NAME), and an ETA
+from the queue's acquisitions (the one domain/eta computes from them); the acquiring task hears
+its own wait; a Running task since when and how long it took; an unknown id exits 1 naming it;
+`--compute` shows the reservation's free nodes, and says so when Compute cannot be reached. And
+the two timestamps the ETA needs: the pick and Running are recorded once, and a restarted attempt
+keeps the pick time.
 """
 
 from __future__ import annotations
