@@ -85,6 +85,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 import httpx  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
 from economics_goals import goals  # noqa: E402
+from gke_operations import OperationWaits, Recorded, operation_waits  # noqa: E402
 from pool_optimum import Plan, Queue, QueuedTask, least_wait, optimum  # noqa: E402
 from sqlalchemy.exc import SQLAlchemyError  # noqa: E402
 from workload import SHAPES, TPU_TYPE, SyntheticTask, WorkloadParams, gap_variation, generate, summary  # noqa: E402
@@ -92,7 +93,7 @@ from workload import SHAPES, TPU_TYPE, SyntheticTask, WorkloadParams, gap_variat
 from falcon.adapters.clock import StoppableClock, utc_now  # noqa: E402
 from falcon.adapters.db import repository as repo  # noqa: E402
 from falcon.adapters.db.migrate import upgrade  # noqa: E402
-from falcon.adapters.db.orm import TaskProgressRow  # noqa: E402
+from falcon.adapters.db.orm import NodePoolRow, TaskProgressRow  # noqa: E402
 from falcon.adapters.db.session import session_scope  # noqa: E402
 from falcon.adapters.runs import ThreadLauncher  # noqa: E402
 from falcon.bootstrap import build_services, serving  # noqa: E402
@@ -441,6 +442,7 @@ class ArmResult:
     unknown_pools: int = 0
     kept_spells: list[tuple[float, PoolState]] = field(default_factory=list)
     placements: dict[str, tuple[str, ProvisioningMode]] = field(default_factory=dict)  # task -> cluster, mode
+    operation_waits: OperationWaits = field(default_factory=OperationWaits)  # for the cluster's one operation
 
 
 def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Path) -> ArmResult:
@@ -516,6 +518,13 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
         dispatcher.close()
 
         state = httpx.get(f"{emulator.url}/emulator/state").json()
+        operations = [
+            o
+            for project in {c.project for c in clusters(arm.name)}
+            for o in httpx.get(f"{emulator.url}/v1/projects/{project}/locations/-/operations")
+            .json()
+            .get("operations", [])
+        ]
         for cluster in state["clusters"]:
             result.pools_created += cluster["counters"]["nodePoolsCreated"]
             result.pools_deleted += cluster["counters"]["nodePoolsDeleted"]
@@ -526,6 +535,9 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
             picks = sa.select(TaskProgressRow.task_id, TaskProgressRow.acquiring_at)
             picked_at = {task_id: at for task_id, at in s.execute(picks)}
             all_pools = repo.pools_in(s, list(ALL_POOL_STATES))
+            records = sa.select(NodePoolRow.name, NodePoolRow.created_at, NodePoolRow.deleting_at)
+            recorded = {name: Recorded(created, marked) for name, created, marked in s.execute(records)}
+        result.operation_waits = operation_waits(operations, recorded)
         result.pools_by_mode = Counter(p.mode for p in all_pools)
         mode_of = {(p.cluster_id, p.name): p.mode for p in all_pools}
         result.placements = {
@@ -775,7 +787,7 @@ def optimum_rows(
 
 def arm_metrics(r: ArmResult, compression: float) -> dict[str, float]:
     """The figures of one arm's run, node-hours and minutes in real terms."""
-    ns = r.node_seconds
+    ns, waits = r.node_seconds, r.operation_waits
     return {
         "tasks": sum(r.statuses.values()),
         "succeeded": r.statuses["Succeeded"],
@@ -799,6 +811,14 @@ def arm_metrics(r: ArmResult, compression: float) -> dict[str, float]:
             if r.acquiring.get(how)
         },
         "pools_left": r.pools_left,
+        # Each GKE operation's wait for its cluster (one at a time): creations from their record,
+        # deletions from their mark (gke_operations).
+        "gke_operations": len(waits.creations) + len(waits.deletions),
+        **{
+            f"{kind}_wait_min": statistics.fmean(values) * compression / 60
+            for kind, values in (("create", waits.creations), ("delete", waits.deletions))
+            if values
+        },
         # Node-time idle in Falcon's own steps (pool held before its pod is on it, Job ended before
         # the release deleted it), in wall (= emulated) seconds: these steps are not compressed.
         "falcon_steps_idle_node_s": ns.no_pod_yet + ns.ended,
@@ -877,6 +897,9 @@ SUMMARY_KEYS = (
             (f"pick_to_running_{how}_min", "  pick->Running min"),
         )
     ),
+    ("gke_operations", "GKE operations"),
+    ("create_wait_min", "  creation's wait min"),
+    ("delete_wait_min", "  deletion's wait min"),
     ("falcon_steps_idle_h", "node-h Falcon steps"),
     ("pool_wait_mean_min", "model's pool wait min"),
 )
