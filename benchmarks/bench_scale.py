@@ -182,7 +182,7 @@ def emulator_config(
         "nodePoolProvisionSeconds": pool_seconds,
         "nodePoolDeleteSeconds": pool_seconds,
         "podStartSeconds": pod_seconds,
-        "rejectConcurrentOperations": True,
+        "nodePoolOperationsPerCluster": 1,
         "projects": projects,
     }
 

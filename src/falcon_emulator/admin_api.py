@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from falcon_emulator.errors import GoogleError, json_response
 from falcon_emulator.gke_api import emulator_state
-from falcon_emulator.nodepools import break_node_pool, pool_json
+from falcon_emulator.nodepools import break_node_pool, pool_json, vanish_node_pool
 from falcon_emulator.state import ClusterState, EmulatorState, NodePool, PoolRecord
 from falcon_emulator.util import JSON
 
@@ -86,6 +86,21 @@ async def break_pool(project: str, location: str, name: str, pool: str, request:
         return error.response()
     except ValueError as exc:
         return json_response({"error": str(exc)}, 400)
+
+
+@router.post("/emulator/clusters/{project}/{location}/{name}/nodePools/{pool}/vanish")
+async def vanish_pool(project: str, location: str, name: str, pool: str, request: Request) -> Response:
+    """The pool is gone at once, even mid-create (see vanish_node_pool)."""
+    state = emulator_state(request)
+    try:
+        with state.lock:
+            cluster = state.cluster(project, location, name)
+            if cluster is None:
+                return json_response({"error": "no such cluster"}, 404)
+            vanish_node_pool(state, cluster, pool)
+            return json_response({})
+    except GoogleError as error:
+        return error.response()
 
 
 def snapshot(state: EmulatorState) -> JSON:

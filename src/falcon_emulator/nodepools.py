@@ -53,14 +53,31 @@ def _new_operation(
     return op
 
 
-def _check_no_running_operation(state: EmulatorState, cluster: ClusterState) -> None:
-    active = state.active_operation(cluster)
-    if active is not None and state.config.reject_concurrent_operations:
+def _check_room_for_operation(state: EmulatorState, cluster: ClusterState, pool: str) -> None:
+    """Refuse a node-pool operation the way GKE does while others run on the cluster.
+
+    With one operation per cluster (``nodePoolOperationsPerCluster: 1``, the rule the reference's
+    400 shows) any running operation refuses it. With more, operations on different pools run
+    side by side (what Terraform's provider relies on since it locks per node pool), one on the
+    same pool still refuses it, and past the quota GKE answers 429 ("hits the concurrent
+    operations quota 5")."""
+    active = state.active_operations(cluster)
+    limit = state.config.node_pool_operations_per_cluster
+    blocking = active if limit == 1 else [op for op in active if op.pool == pool]
+    if blocking:
+        op = blocking[0]
         raise GoogleError(
             400,
-            f"Operation {active.name} is currently {active.verb} a node pool for cluster {cluster.name}. "
+            f"Operation {op.name} is currently {op.verb} a node pool for cluster {cluster.name}. "
             "Please wait and try again once it is done.",
             "FAILED_PRECONDITION",
+        )
+    if len(active) >= limit:
+        raise GoogleError(
+            429,
+            f'Too many operations: cluster "{cluster.name}" hits the concurrent operations quota {limit}, '
+            "please try again later.",
+            "RESOURCE_EXHAUSTED",
         )
 
 
@@ -73,7 +90,7 @@ def create_node_pool(state: EmulatorState, cluster: ClusterState, body: Any) -> 
     if name in cluster.node_pools:
         raise GoogleError(409, f"Already exists: {cluster.path}/nodePools/{name}.")
     pool = validated_pool(state, cluster, spec)
-    _check_no_running_operation(state, cluster)
+    _check_room_for_operation(state, cluster, name)
     cluster.node_pools[name] = pool
     op = _new_operation(state, cluster, name, "CREATE_NODE_POOL", state.config.node_pool_provision_seconds)
     cluster.created.append(PoolRecord(name, op.start, op.name))
@@ -287,7 +304,7 @@ def delete_node_pool(state: EmulatorState, cluster: ClusterState, name: str) -> 
     pool = cluster.node_pools.get(name)
     if pool is None:
         raise google_not_found(f"{cluster.path}/nodePools/{name}")
-    _check_no_running_operation(state, cluster)
+    _check_room_for_operation(state, cluster, name)
     pool.status, pool.scale_up_at = "STOPPING", None
     op = _new_operation(state, cluster, name, "DELETE_NODE_POOL", state.config.delete_seconds)
     cluster.deleted.append(PoolRecord(name, op.start, op.name))
@@ -302,13 +319,26 @@ def break_node_pool(state: EmulatorState, cluster: ClusterState, name: str, mess
     pool = cluster.node_pools.get(name)
     if pool is None:
         raise google_not_found(f"{cluster.path}/nodePools/{name}")
-    creating = state.active_operation(cluster)
-    if creating is not None and creating.op_type == "CREATE_NODE_POOL" and creating.pool == name:
-        creating.error = {"code": 2, "message": message}  # google.rpc.Code UNKNOWN
-        creating.status, creating.end = "DONE", rfc3339_micro()
+    for op in state.active_operations(cluster):
+        if op.op_type == "CREATE_NODE_POOL" and op.pool == name:
+            op.error = {"code": 2, "message": message}  # google.rpc.Code UNKNOWN
+            op.status, op.end = "DONE", rfc3339_micro()
     pool.status, pool.status_message, pool.scale_up_at = "ERROR", message, None
     pool.conditions = [{"code": "UNKNOWN", "message": message, "canonicalCode": "UNKNOWN"}]
     return pool
+
+
+def vanish_node_pool(state: EmulatorState, cluster: ClusterState, name: str) -> None:
+    """Take a pool away at once, nodes and all, ending its running operations: what a client sees
+    of a pool removed behind GKE's API (a console user racing a create, a project's cleanup), which
+    GKE's own delete never does while a create runs."""
+    pool = cluster.node_pools.get(name)
+    if pool is None:
+        raise google_not_found(f"{cluster.path}/nodePools/{name}")
+    for op in state.active_operations(cluster):
+        if op.pool == name:
+            op.status, op.end = "DONE", rfc3339_micro()
+    _finish_delete(state, cluster, pool)
 
 
 def advance_operations(state: EmulatorState, now: float) -> None:

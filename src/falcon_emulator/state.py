@@ -317,11 +317,13 @@ class EmulatorState:
     def gke_version(self, cluster: ClusterState) -> str:
         return cluster.config.gke_version or self.config.gke_version
 
-    def active_operation(self, cluster: ClusterState) -> Operation | None:
-        for op in self.operations.values():
-            if op.status != "DONE" and (op.project, op.location, op.cluster) == cluster.key:
-                return op
-        return None
+    def active_operations(self, cluster: ClusterState) -> list[Operation]:
+        """The cluster's node-pool operations still running, oldest first."""
+        return [
+            op
+            for op in self.operations.values()
+            if op.status != "DONE" and (op.project, op.location, op.cluster) == cluster.key
+        ]
 
     @staticmethod
     def now() -> float:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import base64
 import json
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from emu_helpers import (
     CENTRAL,
     LOCATION,
     PROJECT,
+    TEST_CONFIG,
     Kube,
     admin,
     cluster_name,
@@ -20,8 +21,10 @@ from emu_helpers import (
     wait_operation,
 )
 from google.api_core import exceptions
+from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1, container_v1
 
+from falcon_emulator.config import EmulatorConfig
 from falcon_emulator.server import EmulatorServer
 
 Status = container_v1.Operation.Status
@@ -142,6 +145,49 @@ def test_second_node_pool_operation_while_one_runs_is_400_failed_precondition(
     assert "Please wait and try again once it is done." in error.value.message
     wait_operation(gke, first)
     wait_operation(gke, gke.create_node_pool(parent=parent, node_pool=tpu_pool("busy-2"), timeout=5))
+
+
+@pytest.fixture(scope="module")
+def quota_of_two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
+    """An emulator that runs two node-pool operations per cluster at once, as GKE does with a quota."""
+    config = EmulatorConfig.from_dict({**TEST_CONFIG, "nodePoolOperationsPerCluster": 2})
+    with EmulatorServer(config, tmp_path_factory.mktemp("quota-of-two")) as server:
+        yield server
+
+
+def gke_of(server: EmulatorServer) -> container_v1.ClusterManagerClient:
+    return container_v1.ClusterManagerClient(
+        transport="rest", credentials=AnonymousCredentials(), client_options={"api_endpoint": server.url}
+    )
+
+
+def test_with_a_quota_other_pools_operations_run_side_by_side_and_the_next_is_429(
+    quota_of_two: EmulatorServer,
+) -> None:
+    gke, parent = gke_of(quota_of_two), cluster_name("concurrent")
+    first = gke.create_node_pool(parent=parent, node_pool=tpu_pool("side-1"), timeout=5)
+    second = gke.create_node_pool(parent=parent, node_pool=tpu_pool("side-2"), timeout=5)
+    with pytest.raises(exceptions.TooManyRequests) as error:
+        gke.create_node_pool(parent=parent, node_pool=tpu_pool("side-3"), timeout=5)
+    assert 'cluster "concurrent" hits the concurrent operations quota 2' in error.value.message
+    with pytest.raises(exceptions.BadRequest) as busy:
+        gke.delete_node_pool(name=f"{parent}/nodePools/side-1", timeout=5)
+    assert f"Operation {first.name} is currently creating a node pool" in busy.value.message
+    other = gke.create_node_pool(parent=cluster_name("pools"), node_pool=tpu_pool("elsewhere"), timeout=5)
+    for op in (first, second, other):
+        assert wait_operation(gke, op).status == Status.DONE
+    wait_operation(gke, gke.create_node_pool(parent=parent, node_pool=tpu_pool("side-3"), timeout=5))
+
+
+def test_a_pool_taken_away_behind_gke_is_gone_mid_create(quota_of_two: EmulatorServer) -> None:
+    gke, parent = gke_of(quota_of_two), cluster_name("work")
+    op = gke.create_node_pool(parent=parent, node_pool=tpu_pool("taken-away"), timeout=5)
+    admin(
+        quota_of_two.url, f"/emulator/clusters/{PROJECT}/{LOCATION}/work/nodePools/taken-away/vanish", "POST"
+    )
+    with pytest.raises(exceptions.NotFound):
+        gke.get_node_pool(name=f"{parent}/nodePools/taken-away", timeout=5)
+    assert wait_operation(gke, op).status == Status.DONE
 
 
 def test_unknown_cluster_pool_and_operation_are_404_not_found(gke: container_v1.ClusterManagerClient) -> None:
