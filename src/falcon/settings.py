@@ -149,6 +149,13 @@ class Settings(BaseSettings):
         description="wait before asking GKE again to create a node pool it refused because another"
         " operation holds the cluster (an acquiring task still polls for a hand-over meanwhile)",
     )
+    gke_operations_per_cluster: int = Field(
+        default=1,
+        ge=1,
+        description="node-pool operations GKE runs at once on one cluster: 1 (it refuses any other with"
+        " 400 FAILED_PRECONDITION) makes a creation let the cluster's marked deletions go first; more (its"
+        " quota when it runs different pools' operations side by side, 429 past it) asks at once",
+    )
     api_timeout_seconds: float = Field(default=30.0, gt=0)
 
     # -- Jobs

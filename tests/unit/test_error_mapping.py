@@ -77,8 +77,8 @@ GOOGLE_CASES = [
             'Too many operations: cluster "c" hits the concurrent operations quota 5, please try again.',
             "RESOURCE_EXHAUSTED",
         ),
-        TemporaryError,
-        id="GKE 429 too many operations",
+        BusyError,
+        id="GKE 429 too many operations: its quota of them running side by side",
     ),
     pytest.param(
         google_error(

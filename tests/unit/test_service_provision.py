@@ -358,6 +358,16 @@ def test_a_deletion_in_another_cluster_does_not_hold_the_create() -> None:
     assert svc.clock.sleeps == []  # asked at once, ready at the first look
 
 
+def test_where_gke_runs_operations_side_by_side_a_create_does_not_wait_for_the_deletions() -> None:
+    svc = make_services(gke_operations_per_cluster=5)
+    svc.store.add_cluster(cluster("c1"))
+    view, choice = planned(svc)
+    marked_for_deletion(svc, "falcon-2x4-spare")
+    wait_pool_ready(svc, view, choice, svc.clock.now())
+    assert svc.node_pools.plans == [choice.plan]
+    assert svc.clock.sleeps == []  # asked at once beside the deletion, ready at the first look
+
+
 def test_a_deletion_marked_longer_ago_than_twice_the_creation_prior_is_not_waited_for() -> None:
     svc = one_cluster()
     view, choice = planned(svc)

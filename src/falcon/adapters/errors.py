@@ -33,6 +33,9 @@ _RATE_LIMIT = ("per minute", "per second", "per 100 seconds", "rate limit", "too
 # GKE's 400 FAILED_PRECONDITION while another operation runs on the cluster ("... is currently
 # creating a node pool ... Please wait and try again once it is done.").
 _BUSY = ("try again", "in progress", "is currently")
+# GKE's 429 when a cluster that runs node-pool operations side by side has its quota of them
+# running ('cluster "X" hits the concurrent operations quota 5'): busy too, not rate-limited.
+_BUSY_QUOTA = "concurrent operations quota"
 
 
 def _error_body(exc: gexc.GoogleAPICallError) -> dict[str, Any]:
@@ -93,7 +96,8 @@ def _google_error(what: str, exc: BaseException) -> tuple[FalconError, str] | No
         if isinstance(exc, gexc.Conflict):
             return ConflictError(f"{what}: {detail}"), code
         if _is_temporary(exc, detail):
-            busy = exc.code == 400  # the only 400 that is temporary: GKE busy with another operation
+            # the only 400 that is temporary: GKE busy with another operation
+            busy = exc.code == 400 or _BUSY_QUOTA in detail.lower()
             return (BusyError if busy else TemporaryError)(f"{what}: {detail}"), code
         return PermanentError(f"{what}: {detail}"), code
     if isinstance(exc, (gexc.RetryError, TimeoutError, requests.Timeout)):

@@ -16,8 +16,8 @@ class TemporaryError(FalconError):
 
 
 class BusyError(TemporaryError):
-    """GKE refused because another operation holds the cluster (one node-pool operation at a time):
-    asked again after ``FALCON_GKE_BUSY_RETRY_SECONDS``, not at once."""
+    """GKE refused because other operations hold the cluster (one node-pool operation at a time,
+    or its quota of them side by side): asked again after ``FALCON_GKE_BUSY_RETRY_SECONDS``."""
 
 
 class PermanentError(FalconError):

@@ -335,7 +335,10 @@ def _deletions_go_first(services: Services, view: TaskView, arrived: datetime, d
     marked pool's nodes that long. For twice a creation's prior at most, from when the task
     ``arrived`` to create: the end of a busy spell can mark many pools at once, and the task
     must not wait for all of them; a deletion marked longer ago than that is taken as stuck.
-    ``deferred``: the task waited already (it is logged once)."""
+    ``deferred``: the task waited already (it is logged once). Not where GKE runs operations side by
+    side (``FALCON_GKE_OPERATIONS_PER_CLUSTER`` above 1): a deletion then holds nothing up."""
+    if services.settings.gke_operations_per_cluster > 1:
+        return False
     now, window = services.clock.now(), timedelta(seconds=2 * services.settings.pool_creation_prior_seconds)
     if now - arrived >= window:
         return False
