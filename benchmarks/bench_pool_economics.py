@@ -43,6 +43,10 @@ Measured, per arm:
   of it, the wait to be picked (to the progress row's ``acquiring_at``: the queue's slot, one
   acquiring task per queue) and the rest (the acquisition: a pool taken or created, the Job, its pods).
 
+GKE runs one node-pool operation per cluster at a time unless --gke-operations says more (the
+emulator then runs different pools' operations side by side up to that quota, and Falcon is told
+so by FALCON_GKE_OPERATIONS_PER_CLUSTER): the same replay under the other rule GKE is known to apply.
+
 Time is compressed (one emulated second stands for --compression real seconds); GKE's times are
 compressed with it, Falcon's own step times (a tick, a flow run's steps, a release) are not, so every
 second Falcon spends is inflated by the factor in the real-terms figures. The report therefore gives
@@ -135,7 +139,9 @@ RESERVATION, FLEX_START = ProvisioningMode.RESERVATION, ProvisioningMode.FLEX_ST
 CREATION_SECONDS = {RESERVATION: PROVISION_SECONDS, FLEX_START: PROVISION_SECONDS + FLEX_DELAY_SECONDS}
 
 
-def emulator_config() -> dict[str, object]:
+def emulator_config(gke_operations: int = 1) -> dict[str, object]:
+    """The two clusters; ``gke_operations``: node-pool operations GKE runs at once on each."""
+
     def project(key: str, location: str) -> dict[str, object]:
         zone = f"{location}-b"
         return {
@@ -159,6 +165,7 @@ def emulator_config() -> dict[str, object]:
         "nodePoolProvisionSeconds": PROVISION_SECONDS,
         "nodePoolDeleteSeconds": PROVISION_SECONDS,
         "podStartSeconds": POD_START_SECONDS,
+        "nodePoolOperationsPerCluster": gke_operations,
         "projects": {"proj-a": project("a", "us-east5"), "proj-b": project("b", "us-central1")},
     }
 
@@ -445,14 +452,16 @@ class ArmResult:
     operation_waits: OperationWaits = field(default_factory=OperationWaits)  # for the cluster's one operation
 
 
-def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Path) -> ArmResult:
+def replay(
+    arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Path, gke_operations: int = 1
+) -> ArmResult:
     from flows.lifecycle import task_lifecycle, task_release
     from flows.warming import warm_pools
 
     db_url = f"sqlite:///{work / 'falcon.db'}"
     upgrade(db_url)
     result = ArmResult(arm)
-    config = EmulatorConfig.from_dict(emulator_config())
+    config = EmulatorConfig.from_dict(emulator_config(gke_operations))
     slice_nodes = {node_pool_name_for(t.task_id, t.topology): t.nodes for t in tasks}
     with EmulatorServer(config, work / "emu") as emulator, contextlib.ExitStack() as arm_wiring:
         os.environ.update(
@@ -462,6 +471,7 @@ def replay(arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Pa
             FALCON_POLL_SECONDS=str(FALCON_POLL_SECONDS),
             FALCON_RECONCILE_SECONDS=str(FALCON_RECONCILE_SECONDS),
             FALCON_GKE_BUSY_RETRY_SECONDS=str(FALCON_GKE_BUSY_RETRY_SECONDS),
+            FALCON_GKE_OPERATIONS_PER_CLUSTER=str(gke_operations),
             FALCON_POOL_CREATION_PRIOR_SECONDS=str(arm.creation_prior_seconds),
             FALCON_POOL_START_DELAY_WEIGHT=str(arm.start_delay_weight),
             FALCON_MESSAGE_LOCALE="en",
@@ -953,6 +963,13 @@ def main(argv: list[str] | None = None) -> int:
         default="sqlite",
         help="the Prefect server's database (default %(default)s, as `falcon local` runs it)",
     )
+    parser.add_argument(
+        "--gke-operations",
+        type=int,
+        default=1,
+        help="node-pool operations GKE runs at once per cluster, in the emulator and Falcon's"
+        " FALCON_GKE_OPERATIONS_PER_CLUSTER (default %(default)s: one at a time; 5: GKE's quota)",
+    )
     parser.add_argument("--json", type=Path, help="write every table, summary and goal here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -961,10 +978,10 @@ def main(argv: list[str] | None = None) -> int:
     shapes = args.shapes.split(",")
     chosen = [a for a in arms(args.compression, args.start_delay_weight) if a.name in args.arms.split(",")]
     c = args.compression
-    print_setup(c, args.sample)
+    print_setup(c, args.sample, args.gke_operations)
 
     out: dict[str, object] = {
-        "setup": setup(c, args.sample, args.start_delay_weight, args.prefect_db),
+        "setup": setup(c, args.sample, args.start_delay_weight, args.prefect_db, args.gke_operations),
         "shapes": {},
     }
     errors = ErrorLog()
@@ -991,7 +1008,7 @@ def main(argv: list[str] | None = None) -> int:
                 for arm in chosen:
                     work = Path(tmp) / f"{shape}-{seed}-{arm.name}"
                     work.mkdir()
-                    result = replay(arm, tasks, args.sample, work)
+                    result = replay(arm, tasks, args.sample, work, args.gke_operations)
                     result.errors = errors.take()
                     print(
                         f"  {arm.name} done in {result.wall_seconds:.0f} s: {dict(result.statuses)}",
@@ -1054,7 +1071,11 @@ def prefect_api(db: str, home: Path) -> Iterator[None]:
 
 
 def setup(
-    compression: float, sample: float, start_delay_weight: float = 0.0, prefect_db: str = "sqlite"
+    compression: float,
+    sample: float,
+    start_delay_weight: float = 0.0,
+    prefect_db: str = "sqlite",
+    gke_operations: int = 1,
 ) -> dict[str, object]:
     return {
         "prefect_db": prefect_db,
@@ -1062,6 +1083,7 @@ def setup(
         "node_pool_create_s": PROVISION_SECONDS,
         "node_pool_delete_s": PROVISION_SECONDS,
         "flex_scale_up_s": FLEX_DELAY_SECONDS,
+        "gke_operations_per_cluster": gke_operations,
         "pod_start_s": POD_START_SECONDS,
         "falcon_poll_s": FALCON_POLL_SECONDS,
         "falcon_reconcile_s": FALCON_RECONCILE_SECONDS,
@@ -1073,12 +1095,13 @@ def setup(
     }
 
 
-def print_setup(c: float, sample: float) -> None:
+def print_setup(c: float, sample: float, gke_operations: int = 1) -> None:
+    at_once = "one node-pool operation" if gke_operations == 1 else f"{gke_operations} node-pool operations"
     print(
         f"time compression: 1 emulated s = {c:g} real s. Emulator: node-pool create {PROVISION_SECONDS} s "
         f"(= {PROVISION_SECONDS * c / 60:.0f} min), delete {PROVISION_SECONDS} s, flex-start scale-up "
         f"{FLEX_DELAY_SECONDS} s (= {FLEX_DELAY_SECONDS * c / 60:.0f} min), pod start {POD_START_SECONDS} s, "
-        f"one node-pool operation per cluster at a time."
+        f"{at_once} per cluster at a time."
     )
     print(
         f"  Falcon (not compressed): poll {FALCON_POLL_SECONDS} s, reconcile {FALCON_RECONCILE_SECONDS} s, "
