@@ -330,8 +330,7 @@ def break_node_pool(state: EmulatorState, cluster: ClusterState, name: str, mess
 
 def vanish_node_pool(state: EmulatorState, cluster: ClusterState, name: str) -> None:
     """Take a pool away at once, nodes and all, ending its running operations: what a client sees
-    of a pool removed behind GKE's API (a console user racing a create, a project's cleanup), which
-    GKE's own delete never does while a create runs."""
+    of a pool that went other than by its own delete, which GKE refuses while a create runs."""
     pool = cluster.node_pools.get(name)
     if pool is None:
         raise google_not_found(f"{cluster.path}/nodePools/{name}")

@@ -108,7 +108,7 @@ def test_a_pool_that_vanishes_while_created_fails_with_node_pool_failed(
     driver.run_until(lambda t: emulator_counters(emulator)["nodePoolsCreated"] == 1)
     pool = task_row(services, "t-gone").node_pool_name or ""
     # GKE refuses a delete while the create runs; the emulator's admin API takes the pool away
-    # behind GKE, as a console user racing the create would see it.
+    # other than by a delete.
     cluster = f"{CLUSTER.project}/{CLUSTER.location}/{CLUSTER.name}"
     httpx.post(f"{emulator.url}/emulator/clusters/{cluster}/nodePools/{pool}/vanish").raise_for_status()
     driver.run_until_done(["t-gone"])

@@ -96,7 +96,7 @@ def _google_error(what: str, exc: BaseException) -> tuple[FalconError, str] | No
         if isinstance(exc, gexc.Conflict):
             return ConflictError(f"{what}: {detail}"), code
         if _is_temporary(exc, detail):
-            # the only 400 that is temporary: GKE busy with another operation
+            # GKE busy: its 400 (the only temporary 400), or its 429 for the quota of operations
             busy = exc.code == 400 or _BUSY_QUOTA in detail.lower()
             return (BusyError if busy else TemporaryError)(f"{what}: {detail}"), code
         return PermanentError(f"{what}: {detail}"), code
