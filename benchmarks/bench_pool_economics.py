@@ -741,8 +741,7 @@ def report(results: list[ArmResult], tasks: list[SyntheticTask], compression: fl
                 f"{r.pools_left} pools / {r.nodes_left} nodes still up at the end (idle from then on)"
             )
         lines.append(f"{r.arm.name}: {r.arm.label}; " + ", ".join(notes))
-        claimed = [d for d, then in r.kept_spells if then == PoolState.IN_USE]
-        reaped = [d for d, then in r.kept_spells if then != PoolState.IN_USE]
+        claimed, reaped = kept_spells(r)
         if claimed or reaped:
             lines.append(
                 f"    kept pools: {len(claimed)} claimed by the next task after a mean "
@@ -795,6 +794,12 @@ def optimum_rows(
     return rows
 
 
+def kept_spells(r: ArmResult) -> tuple[list[float], list[float]]:
+    """The seconds each kept pool was idle: of those a later task took, and of those deleted unclaimed."""
+    claimed = [d for d, then in r.kept_spells if then == PoolState.IN_USE]
+    return claimed, [d for d, then in r.kept_spells if then != PoolState.IN_USE]
+
+
 def arm_metrics(r: ArmResult, compression: float) -> dict[str, float]:
     """The figures of one arm's run, node-hours and minutes in real terms."""
     ns, waits = r.node_seconds, r.operation_waits
@@ -809,6 +814,11 @@ def arm_metrics(r: ArmResult, compression: float) -> dict[str, float]:
         "idle_h": ns.idle * compression / 3600,
         "provisioning_h": ns.provisioning * compression / 3600,
         "total_h": ns.total * compression / 3600,
+        # Of the idle: pools kept for a task, and pools being deleted (GKE's delete running).
+        "kept_h": ns.kept * compression / 3600,
+        "deleting_h": ns.deleting * compression / 3600,
+        "kept_claimed": len(kept_spells(r)[0]),
+        "kept_unclaimed": len(kept_spells(r)[1]),
         "to_running_mean_min": (statistics.fmean(r.to_running) if r.to_running else math.nan)
         * compression
         / 60,
@@ -893,9 +903,13 @@ def spread(runs: list[dict[str, dict[str, float]]], row: str, key: str) -> str:
 SUMMARY_KEYS = (
     ("total_h", "node-h total"),
     ("idle_h", "node-h idle"),
+    ("kept_h", "  kept"),
+    ("deleting_h", "  being deleted"),
     ("provisioning_h", "node-h prov"),
     ("created", "pools created"),
     ("reused", "tasks reused"),
+    ("kept_claimed", "kept, then claimed"),
+    ("kept_unclaimed", "kept, then deleted"),
     ("to_running_mean_min", "->Running mean min"),
     ("to_running_p90_min", "->Running p90 min"),
     ("to_pick_mean_min", "of it to the pick"),
