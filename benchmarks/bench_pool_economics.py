@@ -449,7 +449,7 @@ class ArmResult:
     unknown_pools: int = 0
     kept_spells: list[tuple[float, PoolState]] = field(default_factory=list)
     placements: dict[str, tuple[str, ProvisioningMode]] = field(default_factory=dict)  # task -> cluster, mode
-    operation_waits: OperationWaits = field(default_factory=OperationWaits)  # for the cluster's one operation
+    operation_waits: OperationWaits = field(default_factory=OperationWaits)  # each for its cluster
 
 
 def replay(
@@ -803,6 +803,7 @@ def kept_spells(r: ArmResult) -> tuple[list[float], list[float]]:
 def arm_metrics(r: ArmResult, compression: float) -> dict[str, float]:
     """The figures of one arm's run, node-hours and minutes in real terms."""
     ns, waits = r.node_seconds, r.operation_waits
+    claimed, reaped = kept_spells(r)
     return {
         "tasks": sum(r.statuses.values()),
         "succeeded": r.statuses["Succeeded"],
@@ -817,8 +818,8 @@ def arm_metrics(r: ArmResult, compression: float) -> dict[str, float]:
         # Of the idle: pools kept for a task, and pools being deleted (GKE's delete running).
         "kept_h": ns.kept * compression / 3600,
         "deleting_h": ns.deleting * compression / 3600,
-        "kept_claimed": len(kept_spells(r)[0]),
-        "kept_unclaimed": len(kept_spells(r)[1]),
+        "kept_claimed": len(claimed),
+        "kept_unclaimed": len(reaped),
         "to_running_mean_min": (statistics.fmean(r.to_running) if r.to_running else math.nan)
         * compression
         / 60,
@@ -831,7 +832,7 @@ def arm_metrics(r: ArmResult, compression: float) -> dict[str, float]:
             if r.acquiring.get(how)
         },
         "pools_left": r.pools_left,
-        # Each GKE operation's wait for its cluster (one at a time): creations from their record,
+        # Each GKE operation's wait for its cluster (--gke-operations): creations from their record,
         # deletions from their mark (gke_operations).
         "gke_operations": len(waits.creations) + len(waits.deletions),
         **{

@@ -1,10 +1,11 @@
-"""How long each node-pool operation waited for its cluster: GKE runs one at a time per cluster.
+"""How long each node-pool operation waited for its cluster: GKE runs one at a time per cluster,
+or a quota of them side by side (``--gke-operations``).
 
 A creation's wait runs from Falcon's write-ahead record of the pool to the start of GKE's create
 operation (the deletions that went first, GKE's busy refusals, the create call itself); a
 deletion's from the pool's mark to the start of GKE's delete operation. The replay reads GKE's
 operations (``operations.list``, their ``startTime``) and Falcon's pool records after each arm,
-so the table can say how much of the start goes to the cluster's one operation rather than infer
+so the table can say how much of the start goes to waiting for the cluster rather than infer
 it from timelines.
 """
 
