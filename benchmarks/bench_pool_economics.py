@@ -43,9 +43,10 @@ Measured, per arm:
   of it, the wait to be picked (to the progress row's ``acquiring_at``: the queue's slot, one
   acquiring task per queue) and the rest (the acquisition: a pool taken or created, the Job, its pods).
 
-GKE runs one node-pool operation per cluster at a time unless --gke-operations says more (the
-emulator then runs different pools' operations side by side up to that quota, and Falcon is told
-so by FALCON_GKE_OPERATIONS_PER_CLUSTER): the same replay under the other rule GKE is known to apply.
+GKE runs different node pools' operations side by side, up to a quota of --gke-operations per
+cluster (5 by default; the emulator's nodePoolOperationsPerCluster, and Falcon is told so by
+FALCON_GKE_OPERATIONS_PER_CLUSTER); --gke-operations 1 replays the stricter rule of one operation
+per cluster at a time, under which Falcon lets a cluster's marked deletions go before a creation.
 
 Time is compressed (one emulated second stands for --compression real seconds); GKE's times are
 compressed with it, Falcon's own step times (a tick, a flow run's steps, a release) are not, so every
@@ -139,7 +140,7 @@ RESERVATION, FLEX_START = ProvisioningMode.RESERVATION, ProvisioningMode.FLEX_ST
 CREATION_SECONDS = {RESERVATION: PROVISION_SECONDS, FLEX_START: PROVISION_SECONDS + FLEX_DELAY_SECONDS}
 
 
-def emulator_config(gke_operations: int = 1) -> dict[str, object]:
+def emulator_config(gke_operations: int = 5) -> dict[str, object]:
     """The two clusters; ``gke_operations``: node-pool operations GKE runs at once on each."""
 
     def project(key: str, location: str) -> dict[str, object]:
@@ -453,7 +454,7 @@ class ArmResult:
 
 
 def replay(
-    arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Path, gke_operations: int = 1
+    arm: Arm, tasks: list[SyntheticTask], sample_seconds: float, work: Path, gke_operations: int = 5
 ) -> ArmResult:
     from flows.lifecycle import task_lifecycle, task_release
     from flows.warming import warm_pools
@@ -785,7 +786,7 @@ def optimum_rows(
     the fewest node-hours of a plan whose tasks wait for new pools no longer, all together, than
     the least any plan waits plus 10 % of keep-all's measured submit -> Running summed over its
     tasks. If keep-all waits for pools only the least any plan does (it reuses whenever it can), and
-    Falcon's time outside that wait (the pick, its steps, GKE's one operation per cluster) is no
+    Falcon's time outside that wait (the pick, its steps, waits for GKE's operations) is no
     shorter than keep-all's, a policy meeting the start goal spends at least that many node-hours."""
     rows = {"optimum": optimum_metrics(optimum(queues), compression)}
     if keep_all is not None and keep_all.to_running:
@@ -981,9 +982,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--gke-operations",
         type=int,
-        default=1,
+        default=5,
         help="node-pool operations GKE runs at once per cluster, in the emulator and Falcon's"
-        " FALCON_GKE_OPERATIONS_PER_CLUSTER (default %(default)s: one at a time; 5: GKE's quota)",
+        " FALCON_GKE_OPERATIONS_PER_CLUSTER (default %(default)s: GKE's quota; 1: one at a time)",
     )
     parser.add_argument("--json", type=Path, help="write every table, summary and goal here")
     args = parser.parse_args(argv)
@@ -1090,7 +1091,7 @@ def setup(
     sample: float,
     start_delay_weight: float = 0.0,
     prefect_db: str = "sqlite",
-    gke_operations: int = 1,
+    gke_operations: int = 5,
 ) -> dict[str, object]:
     return {
         "prefect_db": prefect_db,
@@ -1110,7 +1111,7 @@ def setup(
     }
 
 
-def print_setup(c: float, sample: float, gke_operations: int = 1) -> None:
+def print_setup(c: float, sample: float, gke_operations: int = 5) -> None:
     at_once = "one node-pool operation" if gke_operations == 1 else f"{gke_operations} node-pool operations"
     print(
         f"time compression: 1 emulated s = {c:g} real s. Emulator: node-pool create {PROVISION_SECONDS} s "

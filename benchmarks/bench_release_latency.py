@@ -4,9 +4,9 @@ Target: a Job's end -> the task's terminal status, GKE's own delete-operation ti
 p50 <= 3 s and p99 <= 10 s; a kept pool offered to the next task as soon as the Job ends.
 
 The stack is started by benchmarks/local_stack.py as `falcon demo` starts it (a throwaway Prefect
-server, the emulator's built-in config: 3 s node-pool creates and deletes, one GKE operation at a
-time per cluster; the demo clusters; the `falcon local` child serving Falcon's deployments), on
-SQLite or `--db mariadb`.
+server, the emulator's built-in config: 3 s node-pool creates and deletes, GKE's node-pool
+operations side by side up to 5 per cluster; the demo clusters; the `falcon local` child serving
+Falcon's deployments), on SQLite or `--db mariadb`.
 
 Workload: one closed-loop stream per topology (2x2, 2x4, 4x4). A stream submits a round of
 1, 1, 4 or 6 tasks at once (seeded; intake spreads a round over the 2 clusters), waits until

@@ -12,7 +12,8 @@ dispatcher's ``/metrics`` can be scraped.
 Workload: Q queues = C clusters x T topologies of v6e (1x1, 2x2, 2x4, 4x4: 1, 1, 2 and 4 nodes),
 each cluster in its own project and zone, flex-start only (no reservation; flex capacity comes
 after ``--flex-delay`` seconds), node-pool operations ``--pool-seconds`` long, one at a time per
-cluster as on GKE. Rows are inserted with plain SQL, as upstream does:
+cluster (GKE's stricter rule; it documents one per node pool), so that pools queue for GKE. Rows
+are inserted with plain SQL, as upstream does:
 
 1. *ramp*: ``--running`` rows whose containers run ``--hold-seconds``; waited for until all are
    Running (pools are created serially per cluster, one acquisition per queue at a time);
@@ -824,6 +825,7 @@ def scale_stack(args: argparse.Namespace, plan: Plan) -> Iterator[Stack]:
         FALCON_HOME=str(home),
         FALCON_HEALTH_PORT=str(health_port),
         FALCON_POLL_SECONDS=f"{args.poll_seconds:g}",
+        FALCON_GKE_OPERATIONS_PER_CLUSTER="1",  # as the emulator is told (emulator_config)
     )
     for name in ("FALCON_DATABASE_URL", "PREFECT_API_URL"):
         os.environ.pop(name, None)

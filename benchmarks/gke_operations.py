@@ -1,5 +1,5 @@
-"""How long each node-pool operation waited for its cluster: GKE runs one at a time per cluster,
-or a quota of them side by side (``--gke-operations``).
+"""How long each node-pool operation waited for its cluster: GKE runs a quota of them side by side
+(``--gke-operations``), or on a stricter cluster one at a time.
 
 A creation's wait runs from Falcon's write-ahead record of the pool to the start of GKE's create
 operation (the deletions that went first, GKE's busy refusals, the create call itself); a

@@ -16,7 +16,7 @@ towards fewer creations, so "creations avoided" is the most any minimum-cost pla
 
 What the model ignores, on purpose, because no keep-or-delete policy controls it:
 
-* queue slots and GKE's one node-pool operation per cluster at a time (a creation never waits);
+* queue slots and GKE's limits on node-pool operations at once (a creation never waits);
 * a task waiting for a busy pool to free up (a task starts at its arrival or after its own creation);
 * creating pools ahead of arrivals (that is warming, not keep-or-delete);
 * reservation room: each task's creation time is given (the benchmark takes the mode its pool had in

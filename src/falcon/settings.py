@@ -150,11 +150,12 @@ class Settings(BaseSettings):
         " operation holds the cluster (an acquiring task still polls for a hand-over meanwhile)",
     )
     gke_operations_per_cluster: int = Field(
-        default=1,
+        default=5,
         ge=1,
-        description="node-pool operations GKE runs at once on one cluster: 1 (it refuses any other with"
-        " 400 FAILED_PRECONDITION) makes a creation let the cluster's marked deletions go first; more (its"
-        " quota when it runs different pools' operations side by side, 429 past it) asks at once",
+        description="node-pool operations GKE runs at once on one cluster: its quota (GKE documents one"
+        " operation per node pool, different pools side by side; 429 past the quota) asks a creation at"
+        " once; 1 (a cluster that refuses any other operation with 400 FAILED_PRECONDITION) makes a"
+        " creation let the cluster's marked deletions go first",
     )
     api_timeout_seconds: float = Field(default=30.0, gt=0)
 

@@ -12,10 +12,11 @@ What is modelled
   ``container_v1.NodePool`` proto (int or string enums, unknown fields ignored, missing = default); responses
   use string enums and the Google error envelope. Operations go RUNNING -> DONE after
   ``nodePoolProvisionSeconds``; 409 ALREADY_EXISTS on a duplicate pool, 400 FAILED_PRECONDITION while another
-  node-pool operation runs on the cluster (``nodePoolOperationsPerCluster: 1``, the default and the rule
-  reference 1.5 shows; above 1, operations on different pools run side by side up to that quota, 429
-  "hits the concurrent operations quota N" past it, as terraform-provider-google#15205 quotes GKE, and
-  400 only for one on the same pool), 404 for unknown things.
+  operation runs on the same pool, 429 "hits the concurrent operations quota N" (as
+  terraform-provider-google#15205 quotes GKE) past ``nodePoolOperationsPerCluster`` operations on the
+  cluster (default 5: GKE's troubleshooting page on concurrent operations allows one operation per node
+  pool; 1 is the stricter rule reference 1.5 shows, any other operation on the cluster refused with the
+  400), 404 for unknown things.
 * Node pools: PROVISIONING -> RUNNING / ERROR (with ``conditions``), STOPPING -> gone (nodes deleted, their
   pods end Failed). Reservation pools take ``inUseCount`` per node from their zone's reservation; deletion
   gives the capacity back. Flex-start pools complete with 0 nodes and get the whole slice at once

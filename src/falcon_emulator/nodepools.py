@@ -56,11 +56,12 @@ def _new_operation(
 def _check_room_for_operation(state: EmulatorState, cluster: ClusterState, pool: str) -> None:
     """Refuse a node-pool operation the way GKE does while others run on the cluster.
 
-    With one operation per cluster (``nodePoolOperationsPerCluster: 1``, the rule the reference's
-    400 shows) any running operation refuses it. With more, operations on different pools run
-    side by side (what Terraform's provider relies on since it locks per node pool), one on the
-    same pool still refuses it, and past the quota GKE answers 429 ("hits the concurrent
-    operations quota 5")."""
+    GKE documents one operation per node pool at a time (its troubleshooting page on concurrent
+    operations; Terraform's provider locks per node pool since magic-modules#6748): operations on
+    different pools run side by side, one on the same pool is refused, and past the cluster's quota
+    GKE answers 429 ("hits the concurrent operations quota 5"). With a quota of one
+    (``nodePoolOperationsPerCluster: 1``, the rule the reference's 400 shows) any running operation
+    refuses it."""
     active = state.active_operations(cluster)
     limit = state.config.node_pool_operations_per_cluster
     blocking = active if limit == 1 else [op for op in active if op.pool == pool]

@@ -40,7 +40,7 @@ def test_yaml_file_with_unknown_keys_loads_with_defaults(tmp_path: Path) -> None
     )
     config = EmulatorConfig.load(path)
     assert config.node_pool_provision_seconds == 1 and config.pod_start_seconds == 0.5
-    assert config.node_pool_operations_per_cluster == 1
+    assert config.node_pool_operations_per_cluster == 5  # GKE: one operation per node pool
     assert config.projects["p"].clusters["c"].flex_start.available is False
     assert config.projects["p"].clusters["c"].gke_version == "1.33.0-gke.1712000"
     reservation = config.projects["p"].reservations["r"]

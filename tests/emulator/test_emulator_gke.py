@@ -131,10 +131,46 @@ def test_duplicate_node_pool_name_is_409_conflict(gke: container_v1.ClusterManag
     assert error.value.code == 409
 
 
-def test_second_node_pool_operation_while_one_runs_is_400_failed_precondition(
+def test_by_default_other_pools_operations_run_side_by_side_and_the_same_pools_is_400(
     gke: container_v1.ClusterManagerClient,
 ) -> None:
+    """GKE's troubleshooting page on concurrent operations: one operation per node pool at a time."""
     parent = cluster_name("concurrent")
+    first = gke.create_node_pool(parent=parent, node_pool=tpu_pool("busy-1"), timeout=5)
+    second = gke.create_node_pool(parent=parent, node_pool=tpu_pool("busy-2"), timeout=5)
+    with pytest.raises(exceptions.BadRequest) as error:
+        gke.delete_node_pool(name=f"{parent}/nodePools/busy-1", timeout=5)
+    assert (
+        f"Operation {first.name} is currently creating a node pool for cluster concurrent"
+        in error.value.message
+    )
+    assert "Please wait and try again once it is done." in error.value.message
+    for op in (first, second):
+        assert wait_operation(gke, op).status == Status.DONE
+
+
+def serve_with(tmp_path_factory: pytest.TempPathFactory, operations: int) -> Iterator[EmulatorServer]:
+    config = EmulatorConfig.from_dict({**TEST_CONFIG, "nodePoolOperationsPerCluster": operations})
+    with EmulatorServer(config, tmp_path_factory.mktemp(f"operations-{operations}")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def one_at_a_time(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
+    """An emulator that runs one node-pool operation per cluster, the rule of the reference's 400."""
+    yield from serve_with(tmp_path_factory, 1)
+
+
+@pytest.fixture(scope="module")
+def quota_of_two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
+    """An emulator that runs two node-pool operations per cluster at once, as GKE does with a quota."""
+    yield from serve_with(tmp_path_factory, 2)
+
+
+def test_with_one_operation_per_cluster_a_second_is_400_failed_precondition(
+    one_at_a_time: EmulatorServer,
+) -> None:
+    gke, parent = gke_of(one_at_a_time), cluster_name("concurrent")
     first = gke.create_node_pool(parent=parent, node_pool=tpu_pool("busy-1"), timeout=5)
     with pytest.raises(exceptions.BadRequest) as error:
         gke.create_node_pool(parent=parent, node_pool=tpu_pool("busy-2"), timeout=5)
@@ -142,17 +178,8 @@ def test_second_node_pool_operation_while_one_runs_is_400_failed_precondition(
         f"Operation {first.name} is currently creating a node pool for cluster concurrent"
         in error.value.message
     )
-    assert "Please wait and try again once it is done." in error.value.message
     wait_operation(gke, first)
     wait_operation(gke, gke.create_node_pool(parent=parent, node_pool=tpu_pool("busy-2"), timeout=5))
-
-
-@pytest.fixture(scope="module")
-def quota_of_two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorServer]:
-    """An emulator that runs two node-pool operations per cluster at once, as GKE does with a quota."""
-    config = EmulatorConfig.from_dict({**TEST_CONFIG, "nodePoolOperationsPerCluster": 2})
-    with EmulatorServer(config, tmp_path_factory.mktemp("quota-of-two")) as server:
-        yield server
 
 
 def gke_of(server: EmulatorServer) -> container_v1.ClusterManagerClient:

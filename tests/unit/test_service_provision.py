@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from tests.unit.fakes import acquiring, cluster, idle_pool, make_services, one_cluster
@@ -313,6 +314,14 @@ def at_polls(svc: Services, actions: dict[int, Callable[[], None]]) -> list[int]
     return creates
 
 
+def one_at_a_time(**cluster_fields: Any) -> Services:
+    """The cluster ``c1`` on a GKE that runs one node-pool operation at a time: its marked
+    deletions go before a creation (``FALCON_GKE_OPERATIONS_PER_CLUSTER`` 1)."""
+    svc = make_services(gke_operations_per_cluster=1)
+    svc.store.add_cluster(cluster("c1", **cluster_fields))
+    return svc
+
+
 def gone_after(svc: Services, polls: int, cluster_id: str, name: str) -> list[int]:
     """The reconcile round sees the pool gone at the task's ``polls``-th poll."""
     return at_polls(svc, {polls: lambda: svc.store.pool_deleted(cluster_id, name, svc.clock.now())})
@@ -321,7 +330,7 @@ def gone_after(svc: Services, polls: int, cluster_id: str, name: str) -> list[in
 def test_a_pool_marked_for_deletion_in_the_cluster_is_deleted_before_the_create_is_asked(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    svc = one_cluster()
+    svc = one_at_a_time()
     view, choice = planned(svc)
     marked_for_deletion(svc, "falcon-2x4-spare")
     creates = gone_after(svc, 3, "c1", "falcon-2x4-spare")
@@ -336,7 +345,7 @@ def test_a_pool_marked_for_deletion_in_the_cluster_is_deleted_before_the_create_
 
 
 def test_a_create_waits_for_the_clusters_deletions_twice_the_creation_prior_at_most() -> None:
-    svc = one_cluster()
+    svc = one_at_a_time()
     view, choice = planned(svc)
     window = 2 * svc.settings.pool_creation_prior_seconds
     marked_for_deletion(svc, "falcon-2x4-0")
@@ -359,8 +368,7 @@ def test_a_deletion_in_another_cluster_does_not_hold_the_create() -> None:
 
 
 def test_where_gke_runs_operations_side_by_side_a_create_does_not_wait_for_the_deletions() -> None:
-    svc = make_services(gke_operations_per_cluster=5)
-    svc.store.add_cluster(cluster("c1"))
+    svc = one_cluster()  # the default: GKE's quota of operations side by side
     view, choice = planned(svc)
     marked_for_deletion(svc, "falcon-2x4-spare")
     wait_pool_ready(svc, view, choice, svc.clock.now())
@@ -369,7 +377,7 @@ def test_where_gke_runs_operations_side_by_side_a_create_does_not_wait_for_the_d
 
 
 def test_a_deletion_marked_longer_ago_than_twice_the_creation_prior_is_not_waited_for() -> None:
-    svc = one_cluster()
+    svc = one_at_a_time()
     view, choice = planned(svc)
     prior = svc.settings.pool_creation_prior_seconds
     marked_for_deletion(svc, "falcon-2x4-stuck", ago=2 * prior + 1)
@@ -403,7 +411,7 @@ def room_freed(svc: Services, polls: int, name: str | None = None) -> list[int]:
 def test_a_fallback_that_waited_for_a_deletion_takes_the_reservation_room_the_deletion_freed(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    svc = one_cluster(reservation="res-a")
+    svc = one_at_a_time(reservation="res-a")
     view, choice = fallen_back(svc)
     marked_for_deletion(svc, "falcon-2x4-spare")
     room_freed(svc, 2, "falcon-2x4-spare")
@@ -567,7 +575,7 @@ def test_gke_refusing_until_the_deadline_times_out_saying_so() -> None:
 
 
 def test_a_deletion_not_done_by_the_deadline_times_out_saying_the_pool_was_not_asked_for() -> None:
-    svc = make_services(node_pool_timeout_seconds=60)
+    svc = make_services(node_pool_timeout_seconds=60, gke_operations_per_cluster=1)
     svc.store.add_cluster(cluster("c1"))
     view, choice = planned(svc)
     marked_for_deletion(svc, "falcon-2x4-slow")

@@ -16,8 +16,8 @@ class TemporaryError(FalconError):
 
 
 class BusyError(TemporaryError):
-    """GKE refused because other operations hold the cluster (one node-pool operation at a time,
-    or its quota of them side by side): asked again after ``FALCON_GKE_BUSY_RETRY_SECONDS``."""
+    """GKE refused because other operations hold the pool or the cluster (its quota of node-pool
+    operations side by side, or one at a time): asked again after ``FALCON_GKE_BUSY_RETRY_SECONDS``."""
 
 
 class PermanentError(FalconError):

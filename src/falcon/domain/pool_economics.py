@@ -55,7 +55,7 @@ class QueueObservations:
     # The queue's recent pool creations per mode, seconds from the write-ahead record to ready.
     creation_seconds: Mapping[ProvisioningMode, tuple[float, ...]] = field(default_factory=dict)
     # The queue's recent deletions of ready pools, seconds from marked for deletion to gone: the
-    # nodes count until then, the wait for the cluster's one node-pool operation included.
+    # nodes count until then, the wait for GKE to begin the deletion included.
     deletion_seconds: tuple[float, ...] = ()
     # The arrival gaps of every queue (each between two arrivals of one queue), over the fleet's
     # recent arrivals: what a queue too new to have gaps of its own is taken to look like.
@@ -119,7 +119,7 @@ class CostPolicy:
     ``C`` is what replacing the pool costs beyond keeping it: a creation of its mode plus a
     deletion. A pool deleted now and its successor created later are two deletions where a pool
     kept and reused is one, and a deleting pool's nodes count until GKE is done with it (after
-    the wait for the cluster's one node-pool operation). Each part is the median of the newest
+    GKE's wait to begin the deletion). Each part is the median of the newest
     ``max_creations`` observed (creations of the mode) once ``min_creations`` were; until then a
     creation is ``prior_creation_seconds`` (the design reckons 5-10 minutes for a TPU slice) and
     a deletion is not priced.

@@ -9,8 +9,9 @@ after any restart.
 
 Pools are created only at a fire: once per fire, the queue is topped up to the target
 (``needs_topping_up``, remembered on the rule as ``warmed_fire_at``). A warm pool a task takes is
-not replaced until the next fire: a replacement would hold the cluster's one node-pool operation
-ahead of the tasks that need pools of their own, and stand idle (benchmarks/bench_tidal.py). The
+not replaced until the next fire: a replacement would stand idle, and on a cluster that runs one
+node-pool operation at a time hold it ahead of the tasks that need pools of their own
+(benchmarks/bench_tidal.py). The
 target still keeps pools that come back idle (a task ended) and sets how many the reaper spares.
 """
 

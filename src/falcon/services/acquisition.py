@@ -251,7 +251,7 @@ def wait_pool_ready(services: Services, view: TaskView, choice: PoolChoice, star
 
     That is another pool when one of the queue's pools goes idle first (a task ended, a warm
     pool came up): the task takes it at its next poll rather than wait for its own (hand-over),
-    also while it waits out GKE's refusal to create (one operation per cluster at a time), whose
+    also while it waits out GKE's refusal to create (the cluster's operations at their quota), whose
     create is asked again only after ``FALCON_GKE_BUSY_RETRY_SECONDS``, and while the cluster's
     deletions go first (``_deletions_go_first``). Those refusals and transient errors are waited
     out here until the deadline; a failed pool ends the task with GKE's text (the pool's, and
@@ -329,14 +329,14 @@ def _hand_over(services: Services, view: TaskView, own: str) -> str | None:
 def _deletions_go_first(services: Services, view: TaskView, arrived: datetime, deferred: bool) -> bool:
     """Does a pool of the cluster marked for deletion, not gone yet, go before this creation?
 
-    GKE runs one node-pool operation per cluster at a time; a pool waiting to be deleted is
-    paid for until it is gone, while a creation asked later holds no nodes until it starts. So
-    the deletion goes first: it costs this task a deletion's time to its start and saves the
-    marked pool's nodes that long. For twice a creation's prior at most, from when the task
-    ``arrived`` to create: the end of a busy spell can mark many pools at once, and the task
+    Only on a cluster that runs one node-pool operation at a time (``FALCON_GKE_OPERATIONS_PER_CLUSTER``
+    1; GKE documents one per node pool, and a deletion then holds nothing up): a pool waiting to
+    be deleted is paid for until it is gone, while a creation asked later holds no nodes until it
+    starts. So the deletion goes first: it costs this task a deletion's time to its start and
+    saves the marked pool's nodes that long. For twice a creation's prior at most, from when the
+    task ``arrived`` to create: the end of a busy spell can mark many pools at once, and the task
     must not wait for all of them; a deletion marked longer ago than that is taken as stuck.
-    ``deferred``: the task waited already (it is logged once). Not where GKE runs operations side by
-    side (``FALCON_GKE_OPERATIONS_PER_CLUSTER`` above 1): a deletion then holds nothing up."""
+    ``deferred``: the task waited already (it is logged once)."""
     if services.settings.gke_operations_per_cluster > 1:
         return False
     now, window = services.clock.now(), timedelta(seconds=2 * services.settings.pool_creation_prior_seconds)

@@ -1,9 +1,10 @@
 """Asking GKE to delete a marked pool, and taking a marked pool back before GKE begins deleting it.
 
-GKE runs one node-pool operation per cluster at a time, so a pool marked for deletion may wait
-minutes for its turn, paid for all along. A task of its queue that needs a pool meanwhile takes
-it back (it goes idle, and the task takes it as any idle pool) rather than wait for that deletion
-and then for a creation of its own: the same nodes, a creation and a deletion fewer.
+GKE runs a cluster's node-pool operations up to a quota at once (one at a time on some
+clusters), so a pool marked for deletion may wait minutes for its turn, paid for all along. A
+task of its queue that needs a pool meanwhile takes it back (it goes idle, and the task takes it
+as any idle pool) rather than wait for that deletion and then for a creation of its own: the
+same nodes, a creation and a deletion fewer.
 
 The two must never cross: a pool handed on while GKE deletes it would fail its new task. So both
 act under the cluster's lock (``TaskStore.cluster_locked``): GKE is asked to delete a pool only

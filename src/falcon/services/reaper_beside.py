@@ -7,11 +7,11 @@ round's ``reap`` step, and its tail was GKE's (a second for one answer), then th
 commits. They need no answer within the round: each mark is a compare-and-set on the pool's
 idle state, made before its ask (a pool a task took meanwhile is left alone), and a deletion's
 end is written by the call that sees it. So the round hands each cluster's calls over here and
-goes on. Each cluster's calls run one batch at a time, as the cluster's lock and GKE's one
-operation per cluster would have them anyway: a round's calls for a cluster whose earlier ones
-are still under way (GKE slow to answer) wait for them, and a later round's supersede them:
-that round finds again the expired pools not marked yet, confirms, and so asks GKE again for,
-every pool marked since (none was confirmed yet), and the rest come back at their next
+goes on. Each cluster's calls run one batch at a time, as the cluster's lock would have them
+anyway: a round's calls for a cluster whose earlier ones are still under way (GKE slow to
+answer) wait for them, and a later round's supersede them: that round finds again the expired
+pools not marked yet, confirms, and so asks GKE again for, every pool marked since (none was
+confirmed yet), and the rest come back at their next
 confirmation.
 """
 
