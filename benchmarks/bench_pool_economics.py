@@ -25,7 +25,11 @@ cluster choices of the falcon arm's replay (of the first arm run, without it) an
 creation time for the mode its pool had there, the fewest node-hours any keep-or-delete policy
 could spend, and the creations it avoids. Beside the keep-all arm, ``opt@start``: the fewest the
 optimum's model allows a plan that keeps the start goal (``optimum_rows`` says how), so the report
-can say whether the two goals can be met together on a seed at all.
+can say whether the two goals can be met together on a seed at all. And ``horizon@c&d``
+(benchmarks/horizon_rule.py): in the same model, the most creations a rule of Falcon's kind (one
+spare per queue, kept for a horizon) avoids with each queue's horizon picked knowing the whole
+replay, within the node-hours the model's create-and-delete spends: whether the creations goal and
+the baseline goal can both be met by such a rule, however well it learns.
 
 Measured, per arm:
 * node pools created: the emulator's counters (``GET /emulator/state``), split by mode from the DB;
@@ -91,6 +95,7 @@ import httpx  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
 from economics_goals import goals  # noqa: E402
 from gke_operations import OperationWaits, Recorded, operation_waits  # noqa: E402
+from horizon_rule import create_and_delete, most_avoided_within  # noqa: E402
 from pool_optimum import Plan, Queue, QueuedTask, least_wait, optimum  # noqa: E402
 from sqlalchemy.exc import SQLAlchemyError  # noqa: E402
 from workload import SHAPES, TPU_TYPE, SyntheticTask, WorkloadParams, gap_variation, generate, summary  # noqa: E402
@@ -789,6 +794,9 @@ def optimum_rows(
     Falcon's time outside that wait (the pick, its steps, waits for GKE's operations) is no
     shorter than keep-all's, a policy meeting the start goal spends at least that many node-hours."""
     rows = {"optimum": optimum_metrics(optimum(queues), compression)}
+    within = most_avoided_within(queues, create_and_delete(queues).total)
+    if within is not None:
+        rows["horizon@c&d"] = optimum_metrics(within.plan, compression)
     if keep_all is not None and keep_all.to_running:
         budget = least_wait(queues) + 0.1 * sum(keep_all.to_running)
         rows["opt@start"] = optimum_metrics(optimum(queues, max_wait=budget), compression)

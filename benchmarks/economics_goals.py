@@ -53,6 +53,17 @@ def goals(runs: list[dict[str, dict[str, float]]]) -> list[Goal]:
                 + (f" ({avoided / best:.0%})" if best else " (the optimum avoids none)"),
             )
         )
+    if seeds := have("horizon@c&d", "optimum"):
+        avoided = sum(run["horizon@c&d"]["reused"] for run in seeds)
+        best = sum(run["optimum"]["reused"] for run in seeds)
+        found.append(
+            Goal(
+                "(the model) a horizon rule within create-and-delete's node-hours avoids >= 90 % of"
+                " the creations the optimum avoids",
+                avoided >= 0.9 * best,
+                f"{avoided:.0f} of {best:.0f} over the seeds" + (f" ({avoided / best:.0%})" if best else ""),
+            )
+        )
     if seeds := have("opt@start", "optimum"):
         name = "(the model) a plan keeping the start goal within 15 % of the optimum, on average"
         found.append(within_15_percent_of_the_optimum(seeds, "opt@start", name))

@@ -41,6 +41,7 @@ def seed(
         },
         "optimum": {"total_h": optimum, "reused": 10},
         "opt@start": {"total_h": opt_at_start},
+        "horizon@c&d": {"total_h": delete_each, "reused": 9},
     }
 
 
@@ -53,6 +54,10 @@ OPTIMUM = "Falcon's node-hours within 15 % of the optimum on average"
 AVOIDED = ">= 90 % of the creations the optimum avoids are avoided by Falcon"
 MODEL = "(the model) a plan keeping the start goal within 15 % of the optimum, on average"
 MEAN = "Falcon's mean submit->Running within +10 % of keep-all's"
+HORIZON = (
+    "(the model) a horizon rule within create-and-delete's node-hours avoids >= 90 % of"
+    " the creations the optimum avoids"
+)
 
 
 def test_every_goal_met() -> None:
@@ -87,3 +92,10 @@ def test_creations_avoided_against_the_optimums() -> None:
 @pytest.mark.parametrize(("falcon", "met"), [(11.0, True), (11.1, False)])
 def test_start_within_ten_percent_of_keep_all(falcon: float, met: bool) -> None:
     assert verdicts([seed(28.0, start=(falcon, 10.0))])[MEAN] is met
+
+
+def test_the_horizon_check_reads_the_most_a_horizon_rule_avoids_within_create_and_delete() -> None:
+    assert verdicts([seed(28.0)])[HORIZON] is True  # 9 of the optimum's 10
+    few = seed(28.0)
+    few["horizon@c&d"]["reused"] = 8
+    assert verdicts([few, seed(28.0)])[HORIZON] is False  # 17 of 20
