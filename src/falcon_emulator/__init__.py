@@ -218,13 +218,17 @@ What is modelled
   ``POST /emulator/clusters/<p>/<l>/<c>/compact`` (forget watch history),
   ``POST /emulator/clusters/<p>/<l>/<c>/nodePools/<pool>/break`` with ``{"message": ...}`` (the pool goes
   to ERROR with that statusMessage, a running create ends with it, as on a stockout or a failed
-  repair), ``GET /healthz``.
+  repair), ``POST /emulator/clusters/<p>/<l>/<c>/nodePools/<pool>/vanish`` (the pool is gone at once,
+  even mid-create), ``POST /emulator/clusters/<p>/<l>/<c>/upgrade`` with ``{"seconds": N}`` (a
+  control-plane upgrade, a cluster-level operation during which every node-pool operation gets 400
+  "Cluster is running incompatible operation ..."), ``GET /healthz``.
 
 KNOWN FIDELITY GAPS
 -------------------
 * GKE: only the routes above; setSize, setAutoscaling, update, rollback and cancel answer 501. No
   ``queuedProvisioning``/ProvisioningRequest, spot preemption, maintenance, auto-repair, or idle scale-down
-  of flex-start/autoscaled nodes; no quotas (429 only through fault injection). PENDING is never observed
+  of flex-start/autoscaled nodes; no quotas but the node-pool operations' (other 429s only through fault
+  injection); no cluster-level operations of GKE's own but the admin API's upgrade. PENDING is never observed
   (operations start RUNNING) and progress/stages are not reported. Node-pool rules are those of the table
   only: error texts approximate GKE's; the zone offer is a snapshot of the regions-zones page (no AI zones,
   no per-zone flex-start list from the DWS page, no stock per zone); non-TPU machine types are accepted by

@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from falcon_emulator.errors import GoogleError, json_response
 from falcon_emulator.gke_api import emulator_state
-from falcon_emulator.nodepools import break_node_pool, pool_json, vanish_node_pool
+from falcon_emulator.nodepools import break_node_pool, pool_json, upgrade_control_plane, vanish_node_pool
 from falcon_emulator.state import ClusterState, EmulatorState, NodePool, PoolRecord
 from falcon_emulator.util import JSON
 
@@ -101,6 +101,24 @@ async def vanish_pool(project: str, location: str, name: str, pool: str, request
             return json_response({})
     except GoogleError as error:
         return error.response()
+
+
+@router.post("/emulator/clusters/{project}/{location}/{name}/upgrade")
+async def upgrade(project: str, location: str, name: str, request: Request) -> Response:
+    """Body ``{"seconds": N}``: a control-plane upgrade runs that long (see upgrade_control_plane)."""
+    state = emulator_state(request)
+    try:
+        body: Any = json.loads(await request.body() or b"{}")
+        seconds = float(body.get("seconds", 1.0)) if isinstance(body, dict) else -1.0
+        if not 0 <= seconds <= 3600:
+            raise ValueError("seconds must be within [0, 3600]")
+    except ValueError as exc:
+        return json_response({"error": str(exc)}, 400)
+    with state.lock:
+        cluster = state.cluster(project, location, name)
+        if cluster is None:
+            return json_response({"error": "no such cluster"}, 404)
+        return json_response(upgrade_control_plane(state, cluster, seconds).to_json())
 
 
 def snapshot(state: EmulatorState) -> JSON:

@@ -61,8 +61,13 @@ def _check_room_for_operation(state: EmulatorState, cluster: ClusterState, pool:
     different pools run side by side, one on the same pool is refused, and past the cluster's quota
     GKE answers 429 ("hits the concurrent operations quota 5"). With a quota of one
     (``nodePoolOperationsPerCluster: 1``, the rule the reference's 400 shows) any running operation
-    refuses it."""
+    refuses it. A cluster-level operation (a control-plane upgrade) refuses every one, with the
+    400 GKE gave rancher/gke-operator#509 ("Cluster is running incompatible operation ...")."""
     active = state.active_operations(cluster)
+    for op in active:
+        if not op.pool:
+            message = f"Cluster is running incompatible operation {op.name}."
+            raise GoogleError(400, message, "FAILED_PRECONDITION")
     limit = state.config.node_pool_operations_per_cluster
     blocking = active if limit == 1 else [op for op in active if op.pool == pool]
     if blocking:
@@ -80,6 +85,12 @@ def _check_room_for_operation(state: EmulatorState, cluster: ClusterState, pool:
             "please try again later.",
             "RESOURCE_EXHAUSTED",
         )
+
+
+def upgrade_control_plane(state: EmulatorState, cluster: ClusterState, seconds: float) -> Operation:
+    """A control-plane upgrade, as GKE starts one in a maintenance window: a cluster-level operation
+    that holds every node-pool operation off for ``seconds``."""
+    return _new_operation(state, cluster, "", "UPGRADE_MASTER", seconds)
 
 
 def create_node_pool(state: EmulatorState, cluster: ClusterState, body: Any) -> Operation:

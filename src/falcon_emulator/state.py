@@ -175,8 +175,8 @@ class Operation:
     project: str
     location: str
     cluster: str
-    pool: str
-    op_type: str  # CREATE_NODE_POOL | DELETE_NODE_POOL
+    pool: str  # "" for a cluster-level operation
+    op_type: str  # CREATE_NODE_POOL | DELETE_NODE_POOL | UPGRADE_MASTER
     done_at: float  # monotonic time the operation finishes
     status: str = "RUNNING"
     start: str = field(default_factory=rfc3339_micro)
@@ -185,7 +185,7 @@ class Operation:
 
     @property
     def verb(self) -> str:
-        return "creating" if self.op_type == "CREATE_NODE_POOL" else "deleting"
+        return {"CREATE_NODE_POOL": "creating", "DELETE_NODE_POOL": "deleting"}.get(self.op_type, "upgrading")
 
     def to_json(self) -> JSON:
         base = f"{GKE_BASE}/projects/{self.project}/locations/{self.location}"
@@ -196,7 +196,7 @@ class Operation:
             "operationType": self.op_type,
             "status": self.status,
             "selfLink": f"{base}/operations/{self.name}",
-            "targetLink": f"{base}/clusters/{self.cluster}/nodePools/{self.pool}",
+            "targetLink": f"{base}/clusters/{self.cluster}{f'/nodePools/{self.pool}' if self.pool else ''}",
             "startTime": self.start,
         }
         if self.end:
@@ -318,7 +318,7 @@ class EmulatorState:
         return cluster.config.gke_version or self.config.gke_version
 
     def active_operations(self, cluster: ClusterState) -> list[Operation]:
-        """The cluster's node-pool operations still running, oldest first."""
+        """The cluster's operations still running (node pools', and cluster-level ones), oldest first."""
         return [
             op
             for op in self.operations.values()

@@ -53,6 +53,7 @@ _CLUSTERS = (
     "lost",
     "load",
     "rules",
+    "upgrading",
 )
 _CENTRAL_ZONES = [f"{CENTRAL}-a", f"{CENTRAL}-b", f"{CENTRAL}-c"]
 _RULE_CLUSTERS = {

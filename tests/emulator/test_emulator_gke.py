@@ -149,6 +149,24 @@ def test_by_default_other_pools_operations_run_side_by_side_and_the_same_pools_i
         assert wait_operation(gke, op).status == Status.DONE
 
 
+def test_a_control_plane_upgrade_holds_off_every_node_pool_operation_until_it_is_done(
+    gke: container_v1.ClusterManagerClient, emulator: EmulatorServer
+) -> None:
+    """GKE allows one cluster-level operation at a time, and no node-pool operation beside it."""
+    path = f"/emulator/clusters/{PROJECT}/{LOCATION}/upgrading/upgrade"
+    started = admin(emulator.url, path, "POST", {"seconds": 0.5})
+    upgrade = container_v1.Operation.from_json(json.dumps(started))
+    assert upgrade.operation_type == container_v1.Operation.Type.UPGRADE_MASTER
+    assert upgrade.target_link.endswith("/clusters/upgrading")
+    parent = cluster_name("upgrading")
+    with pytest.raises(exceptions.BadRequest) as error:
+        gke.create_node_pool(parent=parent, node_pool=tpu_pool("after-upgrade"), timeout=5)
+    assert error.value.message.endswith(f": Cluster is running incompatible operation {upgrade.name}.")
+    assert wait_operation(gke, upgrade).status == Status.DONE
+    create = gke.create_node_pool(parent=parent, node_pool=tpu_pool("after-upgrade"), timeout=5)
+    assert wait_operation(gke, create).error.code == 0  # created, not refused nor failed
+
+
 def serve_with(tmp_path_factory: pytest.TempPathFactory, operations: int) -> Iterator[EmulatorServer]:
     config = EmulatorConfig.from_dict({**TEST_CONFIG, "nodePoolOperationsPerCluster": operations})
     with EmulatorServer(config, tmp_path_factory.mktemp(f"operations-{operations}")) as server:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 
+import httpx
 import pytest
 
 from falcon.adapters.clock import utc_now
@@ -28,6 +29,7 @@ from tests.integration.harness import (
     inject_fault,
     seldom_used,
     submit,
+    with_env,
     with_project,
 )
 
@@ -111,6 +113,27 @@ def test_gke_busy_and_rate_limits_are_retried_not_failed(
     submit(db_url, "t-busy", "alice", "2x2")
     finished(services, "t-busy")
     assert task_of(services, "t-busy").status is Status.SUCCEEDED
+
+
+def test_a_control_plane_upgrade_holds_the_create_off_and_the_task_runs_after_it(
+    services: Services, db_url: str, emulator: EmulatorServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GKE refuses node-pool operations while a cluster-level one runs (a control-plane upgrade in
+    its maintenance window: "Cluster is running incompatible operation ..."): the task asks again
+    until the upgrade is done, rather than fail NodePoolFailed."""
+    services = with_env(services, monkeypatch, FALCON_GKE_BUSY_RETRY_SECONDS="0.3")
+    cluster = f"{CLUSTER.project}/{CLUSTER.location}/{CLUSTER.name}"
+    upgrade = httpx.post(f"{emulator.url}/emulator/clusters/{cluster}/upgrade", json={"seconds": 2.0})
+    submit(db_url, "t-upgrade", "alice", "2x2")
+    finished(services, "t-upgrade")
+    assert task_of(services, "t-upgrade").status is Status.SUCCEEDED
+    parent = f"projects/{CLUSTER.project}/locations/{CLUSTER.location}"
+    operations = httpx.get(f"{emulator.url}/v1/{parent}/operations")
+    by_type = {op["operationType"]: op for op in operations.json()["operations"]}
+    upgraded = by_type["UPGRADE_MASTER"]
+    assert upgraded["name"] == upgrade.json()["name"]
+    assert by_type["CREATE_NODE_POOL"]["startTime"] >= upgraded["endTime"]  # asked again, after it
+    assert emulator_counters(emulator)["nodePoolsCreated"] == 1
 
 
 def test_an_untracked_falcon_pool_is_deleted_and_tracked_ones_are_left_alone(

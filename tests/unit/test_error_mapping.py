@@ -72,6 +72,11 @@ GOOGLE_CASES = [
         google_error(400, BUSY, "FAILED_PRECONDITION"), BusyError, id="GKE busy: 400 FAILED_PRECONDITION"
     ),
     pytest.param(
+        google_error(400, "Cluster is running incompatible operation operation-1718.", "FAILED_PRECONDITION"),
+        BusyError,
+        id="GKE busy with a cluster-level operation (a control-plane upgrade)",
+    ),
+    pytest.param(
         google_error(
             429,
             'Too many operations: cluster "c" hits the concurrent operations quota 5, please try again.',

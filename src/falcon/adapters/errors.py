@@ -30,9 +30,11 @@ _RETRYABLE_HTTP = {408, 429, 500, 502, 503, 504}
 _BROKEN_CONNECTION = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
 # Phrases of a 429 that is a rate limit (retry) rather than an exhausted resource quota (final).
 _RATE_LIMIT = ("per minute", "per second", "per 100 seconds", "rate limit", "too many", "try again")
-# GKE's 400 FAILED_PRECONDITION while another operation runs on the cluster ("... is currently
-# creating a node pool ... Please wait and try again once it is done.").
-_BUSY = ("try again", "in progress", "is currently")
+# GKE's 400 FAILED_PRECONDITION while another operation holds the pool or the cluster ("... is
+# currently creating a node pool ... Please wait and try again once it is done."), and while a
+# cluster-level operation such as a control-plane upgrade runs ("Cluster is running incompatible
+# operation operation-...", rancher/gke-operator#509).
+_BUSY = ("try again", "in progress", "is currently", "incompatible operation")
 # GKE's 429 when a cluster that runs node-pool operations side by side has its quota of them
 # running ('cluster "X" hits the concurrent operations quota 5'): busy too, not rate-limited.
 _BUSY_QUOTA = "concurrent operations quota"
