@@ -119,10 +119,10 @@ class CostPolicy:
     ``C`` is what replacing the pool costs beyond keeping it: a creation of its mode plus a
     deletion. A pool deleted now and its successor created later are two deletions where a pool
     kept and reused is one, and a deleting pool's nodes count until GKE is done with it (after
-    GKE's wait to begin the deletion). Each part is the median of the newest
-    ``max_creations`` observed (creations of the mode) once ``min_creations`` were; until then a
-    creation is ``prior_creation_seconds`` (the design reckons 5-10 minutes for a TPU slice) and
-    a deletion is not priced.
+    GKE's wait to begin the deletion). Each part is the median of the newest ``max_creations``
+    observed (creations of the mode) once ``min_creations`` were; until then a creation is
+    ``prior_creation_seconds`` (the design reckons 5-10 minutes for a TPU slice) and a deletion
+    is not priced.
 
     ``start_delay_weight`` prices what the node-time count leaves out: the next task waits for a
     new pool's creation too. At weight ``w`` a minute of a task's start delay is worth ``w``

@@ -11,8 +11,8 @@ Pools are created only at a fire: once per fire, the queue is topped up to the t
 (``needs_topping_up``, remembered on the rule as ``warmed_fire_at``). A warm pool a task takes is
 not replaced until the next fire: a replacement would stand idle, and on a cluster that runs one
 node-pool operation at a time hold it ahead of the tasks that need pools of their own
-(benchmarks/bench_tidal.py). The
-target still keeps pools that come back idle (a task ended) and sets how many the reaper spares.
+(benchmarks/bench_tidal.py). The target still keeps pools that come back idle (a task ended) and
+sets how many the reaper spares.
 """
 
 from __future__ import annotations

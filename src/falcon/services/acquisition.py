@@ -251,11 +251,12 @@ def wait_pool_ready(services: Services, view: TaskView, choice: PoolChoice, star
 
     That is another pool when one of the queue's pools goes idle first (a task ended, a warm
     pool came up): the task takes it at its next poll rather than wait for its own (hand-over),
-    also while it waits out GKE's refusal to create (the cluster's operations at their quota), whose
-    create is asked again only after ``FALCON_GKE_BUSY_RETRY_SECONDS``, and while the cluster's
-    deletions go first (``_deletions_go_first``). Those refusals and transient errors are waited
-    out here until the deadline; a failed pool ends the task with GKE's text (the pool's, and
-    its create operation's, where GKE puts stockout and quota reasons)."""
+    also while it waits out GKE's refusal to create (other operations hold the pool or the
+    cluster), whose create is asked again only after ``FALCON_GKE_BUSY_RETRY_SECONDS``, and
+    while the cluster's deletions go first (``_deletions_go_first``). Those refusals and
+    transient errors are waited out here until the deadline; a failed pool ends the task with
+    GKE's text (the pool's, and its create operation's, where GKE puts stockout and quota
+    reasons)."""
     clock = services.clock
     deadline = started + timedelta(seconds=services.settings.node_pool_timeout_seconds)
     plan, refusal, status, create_at = choice.plan, None, None, clock.now()

@@ -11,8 +11,7 @@ goes on. Each cluster's calls run one batch at a time, as the cluster's lock wou
 anyway: a round's calls for a cluster whose earlier ones are still under way (GKE slow to
 answer) wait for them, and a later round's supersede them: that round finds again the expired
 pools not marked yet, confirms, and so asks GKE again for, every pool marked since (none was
-confirmed yet), and the rest come back at their next
-confirmation.
+confirmed yet), and the rest come back at their next confirmation.
 """
 
 from __future__ import annotations

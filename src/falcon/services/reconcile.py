@@ -431,9 +431,9 @@ def _confirm_due(
     services: Services, deleting: list[NodePool], confirmed: ConfirmedAt | None
 ) -> list[NodePool]:
     """The deletions to confirm this round: each at most once per ``poll_seconds``, as a task
-    polls its pool. A pool waiting for its turn among the cluster's GKE operations costs a GKE read, an ask
-    and its writes each time, and GKE takes minutes over a TPU pool's deletion; the round turns
-    every second."""
+    polls its pool. A pool waiting for its turn among the cluster's GKE operations costs a GKE
+    read, an ask and its writes each time, and GKE takes minutes over a TPU pool's deletion; the
+    round turns every second."""
     if confirmed is None:
         return deleting
     now, period = services.clock.monotonic(), services.settings.poll_seconds
