@@ -50,7 +50,7 @@ def goals(runs: list[dict[str, dict[str, float]]]) -> list[Goal]:
                 ">= 90 % of the creations the optimum avoids are avoided by Falcon",
                 avoided >= 0.9 * best,
                 f"{avoided:.0f} of {best:.0f} over the seeds"
-                + (f" ({avoided / best:.0%})" if best else " (the optimum avoids none)"),
+                + (f" ({avoided / best:.1%})" if best else " (the optimum avoids none)"),
             )
         )
     if seeds := have("horizon@c&d", "optimum"):
@@ -61,7 +61,7 @@ def goals(runs: list[dict[str, dict[str, float]]]) -> list[Goal]:
                 "(the model) a horizon rule within create-and-delete's node-hours avoids >= 90 % of"
                 " the creations the optimum avoids",
                 avoided >= 0.9 * best,
-                f"{avoided:.0f} of {best:.0f} over the seeds" + (f" ({avoided / best:.0%})" if best else ""),
+                f"{avoided:.0f} of {best:.0f} over the seeds" + (f" ({avoided / best:.1%})" if best else ""),
             )
         )
     if seeds := have("opt@start", "optimum"):
