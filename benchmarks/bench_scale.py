@@ -138,6 +138,7 @@ METRICS_PERIOD_SECONDS = 2.0  # the tick/reconcile histograms are read this ofte
 RAMP_SECONDS_PER_TASK = 1.0  # the default ramp limit per task to bring to Running, beyond 120 s
 INTAKE_LIMIT = 120.0  # seconds for the dispatcher to take in inserted rows: beyond, it is not ticking
 WINDOW_AFTER_TICKS = 2  # the steady window opens once this many ticks ended after the last row was taken in
+GKE_OPERATIONS = 1  # node-pool operations per cluster at once, for the emulator and Falcon alike
 
 
 # --- the workload -------------------------------------------------------------------------------
@@ -183,7 +184,7 @@ def emulator_config(
         "nodePoolProvisionSeconds": pool_seconds,
         "nodePoolDeleteSeconds": pool_seconds,
         "podStartSeconds": pod_seconds,
-        "nodePoolOperationsPerCluster": 1,
+        "nodePoolOperationsPerCluster": GKE_OPERATIONS,
         "projects": projects,
     }
 
@@ -825,7 +826,7 @@ def scale_stack(args: argparse.Namespace, plan: Plan) -> Iterator[Stack]:
         FALCON_HOME=str(home),
         FALCON_HEALTH_PORT=str(health_port),
         FALCON_POLL_SECONDS=f"{args.poll_seconds:g}",
-        FALCON_GKE_OPERATIONS_PER_CLUSTER="1",  # as the emulator is told (emulator_config)
+        FALCON_GKE_OPERATIONS_PER_CLUSTER=str(GKE_OPERATIONS),
     )
     for name in ("FALCON_DATABASE_URL", "PREFECT_API_URL"):
         os.environ.pop(name, None)

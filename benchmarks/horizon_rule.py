@@ -45,18 +45,21 @@ def horizon_plan(queue: Queue, horizon: float) -> Plan:
     running: list[float] = []  # the ends of the tasks running, a heap
     spare: float | None = None  # when the idle pool, if any, was freed
 
-    def advance(now: float) -> None:
-        """Frees the pools whose tasks end by ``now`` (at ``now`` included) and deletes the spare
-        once its horizon has passed, in time order."""
+    def expire(now: float) -> None:
+        """Deletes the spare once its horizon has passed by ``now``."""
         nonlocal idle, spare
-        while running and running[0] <= now:
-            end = heapq.heappop(running)
-            if spare is not None and end - spare > horizon:
-                idle, spare = idle + horizon, None
-            if spare is None:
-                spare = end  # else another pool is idle already: this one is deleted at once
         if spare is not None and now - spare > horizon:
             idle, spare = idle + horizon, None
+
+    def advance(now: float) -> None:
+        """Frees the pools whose tasks end by ``now`` (at ``now`` included), in time order."""
+        nonlocal spare
+        while running and running[0] <= now:
+            end = heapq.heappop(running)
+            expire(end)
+            if spare is None:
+                spare = end  # else another pool is idle already: this one is deleted at once
+        expire(now)
 
     for task in sorted(queue.tasks, key=lambda t: t.arrival):
         advance(task.arrival)
