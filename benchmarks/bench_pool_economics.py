@@ -110,6 +110,7 @@ from falcon.bootstrap import build_services, serving  # noqa: E402
 from falcon.domain.lifecycle import PoolState  # noqa: E402
 from falcon.domain.model import Cluster, ClusterStatus, ProvisioningMode, node_pool_name_for  # noqa: E402
 from falcon.domain.pool_economics import (  # noqa: E402
+    BusyPools,
     DeleteEachPolicy,
     KeepAllPolicy,
     KeepPolicy,
@@ -208,6 +209,7 @@ class Arm:
     creation_prior_seconds: float  # FALCON_POOL_CREATION_PRIOR_SECONDS, compressed like GKE's times
     keeps_idle_pools: bool  # an idle pool at the end is expected (and not waited for)
     start_delay_weight: float = 0.0  # FALCON_POOL_START_DELAY_WEIGHT (CostPolicy's; the baselines ignore it)
+    busy_wait_chance: float | None = None  # FALCON_POOL_BUSY_WAIT_CHANCE (CostPolicy's; None: unset)
 
 
 ARM_NAMES = ("falcon", "delete-each", "keep-all")  # run by default; every-spare when named
@@ -235,22 +237,35 @@ class EverySparePolicy:
     def keep_at_release(self, waiting: int, idle: int, horizon: Callable[[], timedelta]) -> bool:
         return self.falcon.keep_at_release(waiting, idle, horizon) or horizon() > timedelta(0)
 
+    @property
+    def waits_for_busy_pools(self) -> bool:
+        return self.falcon.waits_for_busy_pools
 
-def arms(compression: float, start_delay_weight: float = 0.0) -> list[Arm]:
+    def wait_for_busy_pool(
+        self, observed: QueueObservations, mode: ProvisioningMode, busy: BusyPools, waited: float
+    ) -> bool:
+        return self.falcon.wait_for_busy_pool(observed, mode, busy, waited)
+
+
+def arms(
+    compression: float, start_delay_weight: float = 0.0, busy_wait_chance: float | None = None
+) -> list[Arm]:
     prior = REAL_CREATION_PRIOR / compression
     weighted = (
         f", a minute of start delay worth {start_delay_weight:g} node-minutes per node"
         if start_delay_weight
         else ""
     )
+    if busy_wait_chance is not None:
+        weighted += f", waiting for a busy pool at a chance of {busy_wait_chance:g}"
     falcon = (
         "Falcon (CostPolicy: keep while the expected wait costs less than a creation and a deletion)"
         + weighted
     )
     spares = "Falcon keeping every freed pool for the horizon (EverySparePolicy)" + weighted
     return [
-        Arm("falcon", falcon, None, prior, False, start_delay_weight),
-        Arm("every-spare", spares, EverySparePolicy, prior, False, start_delay_weight),
+        Arm("falcon", falcon, None, prior, False, start_delay_weight, busy_wait_chance),
+        Arm("every-spare", spares, EverySparePolicy, prior, False, start_delay_weight, busy_wait_chance),
         Arm(
             "delete-each",
             "baseline 1: create+delete per task (DeleteEachPolicy)",
@@ -483,6 +498,10 @@ def replay(
             FALCON_MESSAGE_LOCALE="en",
             FALCON_LOG_LEVEL="WARNING",  # the report, not a line per task move
         )
+        if arm.busy_wait_chance is None:
+            os.environ.pop("FALCON_POOL_BUSY_WAIT_CHANCE", None)
+        else:
+            os.environ["FALCON_POOL_BUSY_WAIT_CHANCE"] = str(arm.busy_wait_chance)
         get_settings.cache_clear()
         settings = get_settings()
         services = build_services(settings)
@@ -982,6 +1001,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the Falcon arms' FALCON_POOL_START_DELAY_WEIGHT (node-minutes a minute of delay is worth)",
     )
     parser.add_argument(
+        "--busy-wait-chance",
+        type=float,
+        help="the Falcon arms' FALCON_POOL_BUSY_WAIT_CHANCE (unset by default: never wait for a busy pool)",
+    )
+    parser.add_argument(
         "--prefect-db",
         choices=["sqlite", "postgres"],
         default="sqlite",
@@ -1000,12 +1024,20 @@ def main(argv: list[str] | None = None) -> int:
 
     seeds = [int(s) for s in args.seeds.split(",")]
     shapes = args.shapes.split(",")
-    chosen = [a for a in arms(args.compression, args.start_delay_weight) if a.name in args.arms.split(",")]
+    every = arms(args.compression, args.start_delay_weight, args.busy_wait_chance)
+    chosen = [a for a in every if a.name in args.arms.split(",")]
     c = args.compression
     print_setup(c, args.sample, args.gke_operations)
 
     out: dict[str, object] = {
-        "setup": setup(c, args.sample, args.start_delay_weight, args.prefect_db, args.gke_operations),
+        "setup": setup(
+            c,
+            args.sample,
+            args.start_delay_weight,
+            args.prefect_db,
+            args.gke_operations,
+            args.busy_wait_chance,
+        ),
         "shapes": {},
     }
     errors = ErrorLog()
@@ -1100,6 +1132,7 @@ def setup(
     start_delay_weight: float = 0.0,
     prefect_db: str = "sqlite",
     gke_operations: int = 5,
+    busy_wait_chance: float | None = None,
 ) -> dict[str, object]:
     return {
         "prefect_db": prefect_db,
@@ -1114,6 +1147,7 @@ def setup(
         "falcon_gke_busy_retry_s": FALCON_GKE_BUSY_RETRY_SECONDS,
         "falcon_creation_prior_s": REAL_CREATION_PRIOR / compression,
         "falcon_start_delay_weight": start_delay_weight,
+        "falcon_busy_wait_chance": busy_wait_chance,
         "reservation_nodes": RESERVATIONS,
         "sample_s": sample,
     }

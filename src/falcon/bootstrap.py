@@ -134,7 +134,9 @@ def build_services(settings: Settings, launcher: Launcher | None = None) -> Serv
         launcher=launcher or DeploymentLauncher(),
         clock=SystemClock(),
         keep_policy=CostPolicy(
-            settings.pool_creation_prior_seconds, start_delay_weight=settings.pool_start_delay_weight
+            settings.pool_creation_prior_seconds,
+            start_delay_weight=settings.pool_start_delay_weight,
+            busy_wait_chance=settings.pool_busy_wait_chance,
         ),
         events=PrometheusTaskEvents(store.clusters),
     )

@@ -133,6 +133,14 @@ class Settings(BaseSettings):
         " deciding to keep an idle pool: 0 counts node-time alone; higher keeps pools longer so tasks"
         " start sooner, for more node-hours",
     )
+    pool_busy_wait_chance: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="a task about to create a pool waits for a busy pool of its queue while the chance"
+        " that one frees before a new pool would be ready is at least this (0: any chance); unset:"
+        " never. Fewer creations and node-hours, later starts",
+    )
     orphan_scan_seconds: float = Field(
         default=300.0, gt=0, description="how often GKE is scanned for orphans"
     )

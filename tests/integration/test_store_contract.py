@@ -38,7 +38,7 @@ from falcon.domain.model import (
     RunningTask,
     Task,
 )
-from falcon.domain.pool_economics import QueueObservations
+from falcon.domain.pool_economics import BusyPools, QueueObservations
 from falcon.domain.scheduling import WaitingTask
 from falcon.domain.status import IllegalTransitionError, Reason, Status
 from falcon.domain.warm_pools import WarmRule
@@ -587,6 +587,50 @@ def test_queue_observations_count_the_deletions_of_ready_pools_from_marked_to_go
     assert both[Q].deletion_seconds == (12.0, 3.0, 4.0)
     assert both[Q2].deletion_seconds == (50.0,)
     assert store.queue_observations([Q, Q2], gaps=10, creations=2)[Q].deletion_seconds == (3.0, 4.0)
+
+
+def test_busy_pools_are_the_queues_pools_in_use_by_phase_with_the_past_runs_when_any(
+    store: TaskStore, upstream: Upstream
+) -> None:
+    done = Outcome(Status.SUCCEEDED, None, "done")
+
+    def ran(task_id: str, start: float, end: float | None = None, queue: QueueKey = Q) -> None:
+        """A task Running from ``start`` seconds after T0, and to its end at ``end``."""
+        upstream.insert(task_id)
+        assert store.queue_task(task_id, queue, T0)
+        assert store.start_acquiring(task_id, queue, "alice", f"lease-{task_id}", "picked", T0) == 1
+        assert store.mark_running(task_id, "running", T0 + timedelta(seconds=start))
+        if end is not None:
+            at = T0 + timedelta(seconds=end)
+            assert store.start_releasing(task_id, done, [Phase.RUNNING], "releasing", at)
+            assert store.finish(task_id, done, [Status.RUNNING], at)
+
+    def in_use(name: str, holder: str, queue: QueueKey = Q) -> None:
+        store.write_ahead_pool(pool(name, holder, queue=queue), T0)
+        store.pool_ready(queue.cluster_id, name, T0)
+
+    ran("d1", 0, 100)
+    ran("e1", 5, 505, queue=Q2)
+    ran("d2", 10, 70)
+    assert store.busy_pools(Q, runs=10, now=T2) == BusyPools(), "nothing busy: no past runs read"
+    ran("r1", 30)
+    in_use("p-r1", "r1")
+    acquiring(store, upstream, "a1")  # its pool ready, its Job not started
+    in_use("p-a1", "a1")
+    ran("x1", 20)
+    in_use("p-x1", "x1")
+    assert store.start_releasing("x1", done, [Phase.RUNNING], "releasing", T2)  # its Job ended
+    idle_pool(store, "spare", T1)  # idle: not busy
+    ran("q2", 0, queue=Q2)
+    in_use("p-q2", "q2", queue=Q2)
+    busy = store.busy_pools(Q, runs=10, now=T2)
+    assert sorted(busy.running_for) == [0.0, 30.0]
+    assert busy.ending == 1
+    assert busy.past_runs == (100.0, 60.0)  # by when they ran, oldest first
+    assert busy.fleet_runs == (100.0, 500.0, 60.0)
+    newest = store.busy_pools(Q, runs=2, now=T2)
+    assert (newest.past_runs, newest.fleet_runs) == ((100.0, 60.0), (500.0, 60.0))
+    assert store.busy_pools(Q2, runs=10, now=T2).running_for == (60.0,)
 
 
 def test_run_owners_beat_and_the_last_beat_is_kept(store: TaskStore) -> None:

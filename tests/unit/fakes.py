@@ -49,7 +49,7 @@ from falcon.domain.model import (
     Task,
 )
 from falcon.domain.node_pools import NodePoolPlan, PoolStatus, ReservationRef
-from falcon.domain.pool_economics import CostPolicy, QueueObservations, fleet_arrival_gaps
+from falcon.domain.pool_economics import BusyPools, CostPolicy, QueueObservations, fleet_arrival_gaps
 from falcon.domain.scheduling import ReservationCapacity, WaitingTask, pick_next
 from falcon.domain.status import Reason, Status, check_transition
 from falcon.domain.warm_pools import WarmRule
@@ -693,6 +693,30 @@ class MemoryTaskStore:
                 key=lambda arrival: arrival[1],
             )[-arrivals:]
             return fleet_arrival_gaps(fleet)
+
+    def busy_pools(self, queue: QueueKey, runs: int, now: datetime) -> BusyPools:
+        with self._tx():
+            held = [p.holder_task_id for p in self._pools_of(queue) if p.state is PoolState.IN_USE]
+            phases = [(self.progress[t].phase, self.running_at.get(t)) for t in held if t in self.progress]
+            ending = sum(1 for phase, _ in phases if phase is Phase.RELEASING)
+            running_for = tuple(
+                (now - at).total_seconds() if at else 0.0
+                for phase, at in phases
+                if phase in (Phase.ACQUIRING, Phase.RUNNING)
+            )
+            if not running_for and not ending:
+                return BusyPools()
+            return BusyPools(running_for, ending, self._past_runs(queue, runs), self._past_runs(None, runs))
+
+    def _past_runs(self, queue: QueueKey | None, runs: int) -> tuple[float, ...]:
+        done = sorted(
+            (at, finished - at)
+            for task_id, at in self.running_at.items()
+            if self.progress[task_id].phase is Phase.DONE
+            and (queue is None or self.progress[task_id].queue == queue)
+            and (finished := self.rows[task_id].finished_at) is not None
+        )[-runs:]
+        return tuple(ran.total_seconds() for _, ran in done)
 
     def queue_observations(
         self, queues: Collection[QueueKey], gaps: int, creations: int

@@ -20,7 +20,7 @@ horizon is a monotone function of its inputs (a float sum could tie or not by ro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from statistics import median_low
@@ -62,6 +62,24 @@ class QueueObservations:
     fleet_gaps: tuple[float, ...] = ()
 
 
+@dataclass(frozen=True)
+class BusyPools:
+    """A queue's pools in use, as a task about to ask GKE for a new one finds them."""
+
+    # Seconds the Job on each pool in use has run so far (0 for one whose Job has not started).
+    running_for: tuple[float, ...] = ()
+    # Pools whose Job has ended and that are being settled: kept for the asking task, as it waits.
+    ending: int = 0
+    # Seconds the queue's recent Jobs ran (all pods Running to the terminal status), and the
+    # fleet's, for a queue with too few of its own.
+    past_runs: tuple[float, ...] = ()
+    fleet_runs: tuple[float, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.running_for or self.ending)
+
+
 class KeepPolicy(Protocol):
     """What decides how long idle pools are kept: Falcon's CostPolicy, or a benchmark's baseline."""
 
@@ -83,6 +101,19 @@ class KeepPolicy(Protocol):
         for it already; ``horizon`` is asked for only when the answer depends on it (learning it
         reads the queue's recent history, at every task's end). Any waiting beyond idle + 1 gives
         the answer idle + 1 gives (the caller counts no further)."""
+        ...
+
+    @property
+    def waits_for_busy_pools(self) -> bool:
+        """May a task wait for a busy pool of its queue rather than ask GKE for its own? (When not,
+        nobody reads the busy pools.)"""
+        ...
+
+    def wait_for_busy_pool(
+        self, observed: QueueObservations, mode: ProvisioningMode, busy: BusyPools, waited: float
+    ) -> bool:
+        """Should a task about to ask GKE for a new pool of this mode wait for one of its queue's
+        ``busy`` pools instead, having waited ``waited`` seconds so far?"""
         ...
 
 
@@ -138,6 +169,11 @@ class CostPolicy:
     max_gaps: int = 64  # the newest ones: a queue's rhythm changes through the day
     takes_back: bool = True
     start_delay_weight: float = 0.0  # node-minutes a minute of start delay is worth, per node
+    # Wait for a busy pool while the chance that one frees before a new pool would be ready is at
+    # least this (any chance above 0 at 0); None: never (the default).
+    busy_wait_chance: float | None = None
+    min_runs: int = 3  # past Jobs longer than a busy pool's that say when it frees
+    max_runs: int = 64
 
     def __post_init__(self) -> None:
         if not 0 < self.prior_creation_seconds <= LONGEST_SECONDS:
@@ -146,6 +182,10 @@ class CostPolicy:
             )
         if not (1 <= self.min_creations <= self.max_creations and 1 <= self.min_gaps <= self.max_gaps):
             raise ValueError("need 1 <= min_creations <= max_creations and 1 <= min_gaps <= max_gaps")
+        if not 1 <= self.min_runs <= self.max_runs:
+            raise ValueError("need 1 <= min_runs <= max_runs")
+        if self.busy_wait_chance is not None and not 0 <= self.busy_wait_chance <= 1:
+            raise ValueError(f"busy_wait_chance: {self.busy_wait_chance} is not within [0, 1]")
         if not 0 <= self.start_delay_weight <= MAX_START_DELAY_WEIGHT:
             raise ValueError(
                 f"start_delay_weight: {self.start_delay_weight} is not within [0, {MAX_START_DELAY_WEIGHT}]"
@@ -174,6 +214,41 @@ class CostPolicy:
         queue run at once, their releases pile up spares that cost more than the creations they
         save."""
         return keep_pool_after_task(waiting, idle) or (idle == waiting and horizon() > timedelta(0))
+
+    @property
+    def waits_for_busy_pools(self) -> bool:
+        return self.busy_wait_chance is not None
+
+    def wait_for_busy_pool(
+        self, observed: QueueObservations, mode: ProvisioningMode, busy: BusyPools, waited: float
+    ) -> bool:
+        """Wait while the chance that a busy pool of the queue frees before a new one would be
+        ready (a creation of the mode, as observed; the prior until then) is ``busy_wait_chance``
+        at least, and above 0.
+
+        Waiting costs no node-time, as the task holds no nodes yet, and a pool that frees in time
+        is taken by hand-over: a creation and a deletion saved, and the task starts when it would
+        have anyway, since without the wait it would have taken that pool by hand-over too, its
+        own created for nothing (GKE cancels no pool's creation). When no pool frees in time, the
+        task starts later, by the wait: so the wait lasts one creation at most. Node-hours and
+        creations against start time: off by default. A pool whose Job has ended frees now (it is
+        kept for the waiting task). When a busy pool's Job ends is read from how long the queue's
+        newest ``max_runs`` Jobs ran (the fleet's while the queue has fewer than ``min_runs`` of
+        its own): of those that ran longer than it has so far, the share that ended within a
+        creation more. A Job that has run longer than all but ``min_runs`` of them is taken as
+        one that does not end soon."""
+        if self.busy_wait_chance is None:
+            return False
+        creation, _ = self._creation_and_deletion_ms(observed, mode)
+        if waited * 1000 >= creation:
+            return False
+        if busy.ending:
+            return True
+        own = _milliseconds(busy.past_runs)[-self.max_runs :]
+        runs = own if len(own) >= self.min_runs else _milliseconds(busy.fleet_runs)[-self.max_runs :]
+        running = [round(s * 1000) for s in busy.running_for if 0 <= s <= LONGEST_SECONDS]
+        chance = chance_one_frees_within(running, runs, creation, self.min_runs)
+        return chance > 0 and chance >= self.busy_wait_chance
 
     def _replacement_ms(self, observed: QueueObservations, mode: ProvisioningMode) -> int:
         """``C``: a creation of the mode, weighted by the start delay it causes, plus a deletion."""
@@ -208,6 +283,15 @@ class DeleteEachPolicy:
     def keep_at_release(self, waiting: int, idle: int, horizon: Callable[[], timedelta]) -> bool:
         return False
 
+    @property
+    def waits_for_busy_pools(self) -> bool:
+        return False
+
+    def wait_for_busy_pool(
+        self, observed: QueueObservations, mode: ProvisioningMode, busy: BusyPools, waited: float
+    ) -> bool:
+        return False
+
 
 @dataclass(frozen=True)
 class KeepAllPolicy:
@@ -224,6 +308,15 @@ class KeepAllPolicy:
     def keep_at_release(self, waiting: int, idle: int, horizon: Callable[[], timedelta]) -> bool:
         return True
 
+    @property
+    def waits_for_busy_pools(self) -> bool:
+        return False  # a baseline of keeping, not of waiting: it creates as it always did
+
+    def wait_for_busy_pool(
+        self, observed: QueueObservations, mode: ProvisioningMode, busy: BusyPools, waited: float
+    ) -> bool:
+        return False
+
 
 def fleet_arrival_gaps(arrivals: Iterable[tuple[QueueKey, datetime]]) -> tuple[float, ...]:
     """The seconds between consecutive arrivals of each queue, ordered by the later arrival; the
@@ -235,6 +328,22 @@ def fleet_arrival_gaps(arrivals: Iterable[tuple[QueueKey, datetime]]) -> tuple[f
             gaps.append((at - last[queue]).total_seconds())
         last[queue] = at
     return tuple(gaps)
+
+
+def chance_one_frees_within(
+    running_ms: Iterable[int], runs_ms: Sequence[int], window_ms: int, min_runs: int
+) -> float:
+    """The chance that at least one of the Jobs that have run ``running_ms`` so far ends within
+    ``window_ms`` more, each read from the past runs ``runs_ms`` longer than it (taken as
+    independent): the share of those that ended within the window. A Job with fewer than
+    ``min_runs`` such runs counts as one that does not end soon."""
+    stays = 1.0
+    for elapsed in running_ms:
+        longer = [run for run in runs_ms if run > elapsed]
+        if len(longer) >= min_runs:
+            ends = sum(1 for run in longer if run <= elapsed + window_ms)
+            stays *= 1 - ends / len(longer)
+    return 1 - stays
 
 
 def _cheapest_horizon(gaps_ms: Iterable[int], creation_ms: int) -> int:

@@ -58,6 +58,7 @@ from falcon.domain.workloads import (
 from falcon.services.context import Services
 from falcon.services.pool_deletion import take_back
 from falcon.services.ports import ClusterJobs, TaskStore
+from falcon.services.release import OBSERVED_RUNS, observed
 
 logger = logging.getLogger(__name__)
 
@@ -252,8 +253,9 @@ def wait_pool_ready(services: Services, view: TaskView, choice: PoolChoice, star
     That is another pool when one of the queue's pools goes idle first (a task ended, a warm
     pool came up): the task takes it at its next poll rather than wait for its own (hand-over),
     also while it waits out GKE's refusal to create (other operations hold the pool or the
-    cluster), whose create is asked again only after ``FALCON_GKE_BUSY_RETRY_SECONDS``, and
-    while the cluster's deletions go first (``_deletions_go_first``). Those refusals and
+    cluster), whose create is asked again only after ``FALCON_GKE_BUSY_RETRY_SECONDS``, while
+    the cluster's deletions go first (``_deletions_go_first``), and while a busy pool of its
+    queue is likely to free first (``_busy_pool_first``). Those refusals and
     transient errors are waited out here until the deadline; a failed pool ends the task with
     GKE's text (the pool's, and its create operation's, where GKE puts stockout and quota
     reasons)."""
@@ -266,7 +268,9 @@ def wait_pool_ready(services: Services, view: TaskView, choice: PoolChoice, star
         if (taken := _hand_over(services, view, choice.name)) is not None:
             return taken
         if plan is not None and clock.now() >= create_at:
-            if _deletions_go_first(services, view, arrived, deferred):
+            if _deletions_go_first(services, view, arrived, deferred) or _busy_pool_first(
+                services, view, plan, arrived, deferred
+            ):
                 deferred = True
             else:
                 if deferred or isinstance(refusal, BusyError):
@@ -347,6 +351,34 @@ def _deletions_go_first(services: Services, view: TaskView, arrived: datetime, d
     if marked and not deferred:
         logger.info("event=create_after_deletions task_id=%s deletions=%d", view.task.id, marked)
     return marked > 0
+
+
+def _busy_pool_first(
+    services: Services, view: TaskView, plan: NodePoolPlan, arrived: datetime, deferred: bool
+) -> bool:
+    """Does the task wait for a busy pool of its queue rather than ask GKE for its own?
+
+    The keeping policy says (``KeepPolicy.wait_for_busy_pool``): a pool whose Job ends before a
+    new one would be ready is taken by hand-over, and the creation and its deletion are saved.
+    Without this, the task's own pool would be created all the same and, the task having taken
+    the freed one, come up with nobody to use it. ``deferred``: the task waited already (it is
+    logged once). Off unless ``FALCON_POOL_BUSY_WAIT_CHANCE`` is set."""
+    if not services.keep_policy.waits_for_busy_pools:
+        return False
+    now = services.clock.now()
+    busy = services.store.busy_pools(view.queue, OBSERVED_RUNS, now)
+    if busy.empty:
+        return False
+    seen = observed(services, [view.queue])[view.queue]
+    waits = services.keep_policy.wait_for_busy_pool(seen, plan.mode, busy, (now - arrived).total_seconds())
+    if waits and not deferred:
+        logger.info(
+            "event=create_waits_for_busy_pool task_id=%s running=%d ending=%d",
+            view.task.id,
+            len(busy.running_for),
+            busy.ending,
+        )
+    return waits
 
 
 def _reservation_after_all(services: Services, view: TaskView, plan: NodePoolPlan) -> NodePoolPlan:

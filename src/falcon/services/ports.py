@@ -24,7 +24,7 @@ from falcon.domain.lifecycle import (
 )
 from falcon.domain.model import Cluster, ProvisioningMode, QueueKey, RunningRead, RunningTask, Task
 from falcon.domain.node_pools import NodePoolPlan, PoolStatus, ReservationRef
-from falcon.domain.pool_economics import QueueObservations
+from falcon.domain.pool_economics import BusyPools, QueueObservations
 from falcon.domain.scheduling import ReservationCapacity
 from falcon.domain.status import Reason, Status
 from falcon.domain.warm_pools import WarmRule
@@ -146,6 +146,10 @@ class TaskStore(Protocol):
         ...
 
     def fleet_gaps(self, arrivals: int) -> tuple[float, ...]: ...
+    def busy_pools(self, queue: QueueKey, runs: int, now: datetime) -> BusyPools:
+        """The queue's pools in use and, when there are any, the newest ``runs`` past Jobs' run
+        times of the queue and of the fleet."""
+        ...
 
     # -- processes running flow runs in their threads, and their heartbeats
     def beat(self, owner: str, now: datetime) -> None: ...

@@ -32,11 +32,13 @@ from falcon.services.context import Services, stage_of, tell_moved
 from falcon.services.pool_deletion import ask_delete
 
 MAX_DELETE_RETRY_WAIT = 10.0  # seconds: the longest wait between deletion attempts GKE refused
-# The keeping policy weighs the newest of these (CostPolicy looks at up to 64 gaps, 16 creations);
-# the fleet's gaps, for a queue too new to have its own, come from its newest arrivals.
+# The keeping policy weighs the newest of these (CostPolicy looks at up to 64 gaps, 16 creations,
+# 64 Jobs' run times); the fleet's gaps, for a queue too new to have its own, come from its newest
+# arrivals.
 OBSERVED_GAPS = 64
 OBSERVED_CREATIONS = 32
 OBSERVED_FLEET_ARRIVALS = 256
+OBSERVED_RUNS = 64
 
 
 def record_outcome(

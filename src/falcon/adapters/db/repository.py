@@ -56,7 +56,7 @@ from falcon.domain.model import (
     RunningTask,
     Task,
 )
-from falcon.domain.pool_economics import QueueObservations, fleet_arrival_gaps
+from falcon.domain.pool_economics import BusyPools, QueueObservations, fleet_arrival_gaps
 from falcon.domain.scheduling import WaitingTask, pick_next, pick_order
 from falcon.domain.status import Reason, Status, check_transition
 from falcon.domain.warm_pools import WarmRule
@@ -1362,6 +1362,47 @@ def _observations(
         creation_seconds={mode: tuple(seconds) for mode, seconds in by_mode.items()},
         deletion_seconds=tuple((gone - marked).total_seconds() for gone, marked in sorted(deleted)),
     )
+
+
+def busy_pools(session: Session, queue: QueueKey, runs: int, now: datetime) -> BusyPools:
+    """The queue's pools in use, by their holders' phase (running: for how long; releasing: its
+    Job ended), and how long the queue's and the fleet's newest ``runs`` finished Jobs ran. The
+    past runs are read only when a pool is busy: a task about to create asks at every poll."""
+    held = session.execute(
+        sa.select(TaskProgressRow.phase, TaskProgressRow.running_at)
+        .join(NodePoolRow, NodePoolRow.holder_task_id == TaskProgressRow.task_id)
+        .where(
+            NodePoolRow.cluster_id == queue.cluster_id,
+            NodePoolRow.topology == queue.topology,
+            NodePoolRow.state == PoolState.IN_USE.value,
+        )
+    ).all()
+    ending = sum(1 for phase, _ in held if phase == Phase.RELEASING.value)
+    running_for = tuple(
+        (now - running_at).total_seconds() if running_at else 0.0
+        for phase, running_at in held
+        if phase in (Phase.ACQUIRING.value, Phase.RUNNING.value)
+    )
+    if not running_for and not ending:
+        return BusyPools()
+    return BusyPools(running_for, ending, _past_runs(session, queue, runs), _past_runs(session, None, runs))
+
+
+def _past_runs(session: Session, queue: QueueKey | None, runs: int) -> tuple[float, ...]:
+    """Seconds from all pods Running to the terminal status of the newest ``runs`` tasks that got
+    there, of ``queue`` (its (queue, running_at) index) or of the fleet ((phase, running_at)),
+    oldest first."""
+    where = [TaskProgressRow.phase == Phase.DONE.value, TaskProgressRow.running_at.is_not(None)]
+    if queue is not None:
+        where += [TaskProgressRow.cluster_id == queue.cluster_id, TaskProgressRow.topology == queue.topology]
+    rows = session.execute(
+        sa.select(TaskProgressRow.running_at, JobRow.finished_at)
+        .join(JobRow, JobRow.id == TaskProgressRow.task_id)
+        .where(*where, JobRow.finished_at.is_not(None))
+        .order_by(TaskProgressRow.running_at.desc())
+        .limit(runs)
+    ).all()
+    return tuple((ended - started).total_seconds() for started, ended in reversed(rows) if started and ended)
 
 
 def fleet_gaps(session: Session, arrivals: int) -> tuple[float, ...]:

@@ -24,7 +24,7 @@ from falcon.domain.lifecycle import (
     Snapshot,
 )
 from falcon.domain.model import Cluster, QueueKey, RunningRead, RunningTask, Task
-from falcon.domain.pool_economics import QueueObservations
+from falcon.domain.pool_economics import BusyPools, QueueObservations
 from falcon.domain.status import Reason, Status
 from falcon.domain.warm_pools import WarmRule
 
@@ -238,6 +238,10 @@ class SqlTaskStore:
     ) -> dict[QueueKey, QueueObservations]:
         with self._tx() as s:
             return repo.queue_observations(s, queues, gaps, creations)
+
+    def busy_pools(self, queue: QueueKey, runs: int, now: datetime) -> BusyPools:
+        with self._read() as s:
+            return repo.busy_pools(s, queue, runs, now)
 
     def fleet_gaps(self, arrivals: int) -> tuple[float, ...]:
         with self._read() as s:
