@@ -54,3 +54,21 @@ def test_falcon_info_lines_reach_the_log_of_a_process_whose_logging_prefect_set_
     )
     for line in ("event=task_moved task_id=t1", "event=audit action=abort task_id=t1"):
         assert (line in done.stderr) is logged, done.stderr
+
+
+def test_the_keep_policy_is_built_from_the_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from falcon.bootstrap import build_services
+    from falcon.domain.pool_economics import CostPolicy
+    from falcon.settings import get_settings
+
+    monkeypatch.setenv("FALCON_HOME", str(tmp_path))
+    monkeypatch.setenv("FALCON_EMULATOR_URL", "http://127.0.0.1:9")  # no credentials; nothing is called
+    monkeypatch.setenv("FALCON_POOL_CREATION_PRIOR_SECONDS", "200")
+    monkeypatch.setenv("FALCON_POOL_START_DELAY_WEIGHT", "2")
+    monkeypatch.setenv("FALCON_POOL_BUSY_WAIT_CHANCE", "0.25")
+    get_settings.cache_clear()
+    try:
+        built = build_services(get_settings()).keep_policy
+    finally:
+        get_settings.cache_clear()
+    assert built == CostPolicy(200.0, start_delay_weight=2.0, busy_wait_chance=0.25)

@@ -11,7 +11,8 @@ waits beyond the pools idle for it already. The cost rule adds a *horizon*: how 
 pool (one spare beyond the waiters) is worth keeping while nobody waits, learnt per queue from
 what Falcon observed (the gaps between the queue's arrivals, or the fleet's while the queue is
 too new to have its own, and how long its pools took to create, per provisioning mode, and to
-delete). It replaces the fixed kept-pool grace.
+delete). It replaces the fixed kept-pool grace. And when told to, a task about to create a pool
+waits for a busy one of its queue likely to free first (``CostPolicy.wait_for_busy_pool``).
 
 Everything is a pure function of plain data: every duration is passed in, nothing reads a clock.
 Durations are counted in whole milliseconds inside, so that costs compare exactly and the

@@ -146,6 +146,7 @@ class TaskStore(Protocol):
         ...
 
     def fleet_gaps(self, arrivals: int) -> tuple[float, ...]: ...
+
     def busy_pools(self, queue: QueueKey, runs: int, now: datetime) -> BusyPools:
         """The queue's pools in use and, when there are any, the newest ``runs`` past Jobs' run
         times of the queue and of the fleet."""
