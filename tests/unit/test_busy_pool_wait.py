@@ -73,7 +73,7 @@ def test_two_busy_pools_together_are_likelier_to_free_than_either() -> None:
     assert (one, both) == (pytest.approx(0.4), pytest.approx(1 - 0.6 * 0.6))
 
 
-def test_a_job_longer_than_all_but_min_runs_past_runs_is_taken_as_not_freeing() -> None:
+def test_a_job_with_fewer_than_min_runs_longer_past_runs_is_taken_as_not_freeing() -> None:
     runs_ms = [round(r * 1000) for r in RUNS]
     # Longer than 65 min: 70..100, four runs, three of which end within 30 min more.
     assert chance_one_frees_within([3_900_000], runs_ms, 1_800_000, min_runs=5) == 0.0

@@ -236,7 +236,7 @@ class CostPolicy:
         kept for the waiting task). When a busy pool's Job ends is read from how long the queue's
         newest ``max_runs`` Jobs ran (the fleet's while the queue has fewer than ``min_runs`` of
         its own): of those that ran longer than it has so far, the share that ended within a
-        creation more. A Job that has run longer than all but ``min_runs`` of them is taken as
+        creation more. A Job with fewer than ``min_runs`` past runs longer than it is taken as
         one that does not end soon."""
         if self.busy_wait_chance is None:
             return False
