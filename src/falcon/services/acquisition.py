@@ -58,7 +58,7 @@ from falcon.domain.workloads import (
 from falcon.services.context import Services
 from falcon.services.pool_deletion import take_back
 from falcon.services.ports import ClusterJobs, TaskStore
-from falcon.services.release import OBSERVED_RUNS, observed
+from falcon.services.release import OBSERVED_CREATIONS, OBSERVED_RUNS
 
 logger = logging.getLogger(__name__)
 
@@ -369,7 +369,8 @@ def _busy_pool_first(
     busy = services.store.busy_pools(view.queue, OBSERVED_RUNS, now)
     if busy.empty:
         return False
-    seen = observed(services, [view.queue])[view.queue]
+    # Only its creations (and deletions) are priced: neither its arrival gaps nor the fleet's.
+    seen = services.store.queue_observations([view.queue], 0, OBSERVED_CREATIONS)[view.queue]
     waits = services.keep_policy.wait_for_busy_pool(seen, plan.mode, busy, (now - arrived).total_seconds())
     if waits and not deferred:
         logger.info(
